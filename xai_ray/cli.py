@@ -1,0 +1,138 @@
+"""``xai-ray``: argument parsing -> config -> pipeline / query / report.
+
+Problems a user can fix (a wrong path, an offline Hub id, a bad option) end with one
+sentence on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from xai_ray.config import ConfigError
+
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from xai_ray.corpus import CorpusError
+    from xai_ray.model import ModelError
+    from xai_ray.query import QueryError
+    from xai_ray.store import StoreError
+
+    return (ConfigError, CorpusError, ModelError, QueryError, StoreError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xai-ray", description="Corpus-scale attention explanations on Ray.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="score a corpus and publish a run into a store")
+    run.add_argument("--config", help="YAML config (flags and --set override it)")
+    run.add_argument("--data", help="Hub dataset id, Parquet/CSV/JSONL file, Parquet folder, aclImdb folder or .tar.gz")
+    run.add_argument("--split")
+    run.add_argument("--limit", type=int, help="a seeded random sample of N documents")
+    run.add_argument("--model", help="Hub id, local model folder, or 'minilm' (packaged weights)")
+    run.add_argument("--methods", help="comma-separated, e.g. raw,rollout")
+    run.add_argument("--max-length", type=int, dest="max_length")
+    run.add_argument("--batch-size", type=int, dest="batch_size")
+    run.add_argument("--actors", type=int)
+    run.add_argument("--gpus-per-actor", type=float, dest="gpus_per_actor")
+    run.add_argument("--store")
+    run.add_argument("--run-id", dest="run_id")
+    run.add_argument("--no-report", dest="report", action="store_const", const=False)
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets", help="override any config key")
+
+    sql = sub.add_parser("sql", help="run SQL over the store's views (read-only)")
+    sql.add_argument("query")
+    sql.add_argument("--store", default="store")
+    _format(sql)
+
+    top = sub.add_parser("topk", help="top-k words of a run by mean score")
+    top.add_argument("--store", default="store")
+    top.add_argument("--run", dest="run_id")
+    top.add_argument("--method", default="rollout")
+    top.add_argument("--layer", type=int, help="default: the model's last layer")
+    top.add_argument("--k", type=int, default=20)
+    top.add_argument("--min-count", type=int, default=1, dest="min_count")
+    top.add_argument("--by", choices=["all", "label", "pred", "correct"], default="all")
+    _format(top)
+
+    rep = sub.add_parser("report", help="write a self-contained HTML report of a run")
+    rep.add_argument("--store", default="store")
+    rep.add_argument("--run", dest="run_id")
+    rep.add_argument("--out", required=True)
+    rep.add_argument("--k", type=int, default=20)
+    return parser
+
+
+def _format(parser) -> None:
+    parser.add_argument("--format", choices=["table", "csv", "json"], default="table")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        return COMMANDS[args.command](args)
+    except _user_errors() as err:
+        print(f"xai-ray: {err}", file=sys.stderr)
+        return 2
+
+
+def cmd_run(args) -> int:
+    from xai_ray import config, pipeline
+
+    flags = {k: getattr(args, k) for k in ("data", "split", "limit", "model", "methods", "max_length",
+                                           "batch_size", "actors", "gpus_per_actor", "store", "run_id", "report")}
+    cfg = config.resolve(args.config, flags, args.sets)
+    result = pipeline.run(cfg)
+    counts = result.manifest["counts"]
+    print(f"run {result.run_id}: {counts['docs']} documents scored, {counts['errors']} errors, "
+          f"{result.manifest['timings']['docs_per_s']} docs/s -> {result.run_dir}")
+    if result.report:
+        print(f"report: {result.report}")
+    return 0
+
+
+def cmd_sql(args) -> int:
+    from xai_ray.query import open_store, run_sql
+
+    _print(run_sql(open_store(args.store), args.query), args.format)
+    return 0
+
+
+def cmd_topk(args) -> int:
+    from xai_ray.query import open_store, topk
+
+    frame = topk(open_store(args.store), args.run_id, args.method, args.layer, args.k, args.min_count, args.by)
+    _print(frame, args.format)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from xai_ray.report import build_report
+
+    print(build_report(args.store, args.run_id, args.out, k=args.k))
+    return 0
+
+
+def _print(frame, fmt: str) -> None:
+    if fmt == "csv":
+        frame.to_csv(sys.stdout, index=False)
+    elif fmt == "json":
+        print(json.dumps(json.loads(frame.to_json(orient="records")), indent=1))
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.max_rows", 500, "display.max_columns", 50, "display.width", 160):
+            print(frame.to_string(index=False) if not frame.empty else "(no rows)")
+
+
+COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report}
+
+if __name__ == "__main__":
+    sys.exit(main())

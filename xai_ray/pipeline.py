@@ -1,0 +1,205 @@
+"""The straight line: read -> score on Ray actors -> write Parquet -> aggregate -> report.
+
+Each stage takes and returns plain values (a DataFrame, an iterator of Arrow tables, a folder),
+so a notebook can call any one of them alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import secrets
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import yaml
+
+from xai_ray.config import RunConfig
+from xai_ray.corpus import read_corpus
+from xai_ray.store import RunWriter
+
+log = logging.getLogger("xai_ray")
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    manifest: dict
+    report: Path | None
+
+
+def run(cfg: RunConfig) -> RunResult:
+    """Score a corpus end to end and publish one run into ``cfg.store``."""
+    started = time.perf_counter()
+    run_id = cfg.run_id or new_run_id()
+    corpus = read(cfg)
+    rows = score(corpus, cfg)
+    run_dir, manifest = write(rows, cfg, run_id, n_input=len(corpus), started=started)
+    summary = aggregate(cfg.store, run_id, cfg.top_k)
+    log.info("run %s: %s", run_id, summary)
+    out = report(cfg.store, run_id, run_dir / "report.html") if cfg.report else None
+    return RunResult(run_id=run_id, run_dir=run_dir, manifest=manifest, report=out)
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def read(cfg: RunConfig) -> pd.DataFrame:
+    """Stage 1: the corpus as ``doc_id, text, label`` rows."""
+    corpus = read_corpus(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column,
+                         cfg.limit, cfg.seed, cfg.clean_html)
+    log.info("read %d documents from %s", len(corpus), cfg.data)
+    return corpus
+
+
+def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
+    """Stage 2: score on a pool of Ray actors; yields Arrow batches of scorer rows."""
+    import ray
+    from ray.data import ActorPoolStrategy
+
+    from xai_ray.scoring import Scorer
+
+    ensure_ray()
+    gpus = float(cfg.gpus_per_actor) if cfg.gpus_per_actor is not None else (
+        1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0)
+    actors = cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor)
+    # Longest first: batches hold similar lengths (little padding) and memory trouble shows early.
+    order = corpus["text"].map(lambda t: len(t) if isinstance(t, str) else 0).sort_values(ascending=False).index
+    ordered = corpus.loc[order].reset_index(drop=True)
+    table = pa.Table.from_pandas(ordered, preserve_index=False)
+    n_blocks = max(1, min(len(ordered) // max(cfg.batch_size, 1), actors * 8))
+    step = -(-table.num_rows // n_blocks)
+    dataset = ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)])
+    config = {**cfg.to_dict(), "gpus_per_actor": gpus}
+    scored = dataset.map_batches(
+        Scorer,
+        fn_constructor_kwargs={"config": config},
+        batch_size=cfg.batch_size,
+        batch_format="numpy",
+        compute=ActorPoolStrategy(size=actors),
+        num_gpus=gpus,
+        num_cpus=cfg.cpus_per_actor,
+    )
+    log.info("scoring %d documents on %d actor(s), %.0f GPU each", len(ordered), actors, gpus)
+    yield from scored.iter_batches(batch_format="pyarrow", batch_size=None)
+
+
+def ensure_ray() -> None:
+    import ray
+
+    if not ray.is_initialized():
+        # Inside `ray job submit` or with RAY_ADDRESS this joins that cluster; else starts a local one.
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
+                 logging_level=logging.WARNING, log_to_driver=True)
+        ray.data.DataContext.get_current().enable_progress_bars = sys.stderr.isatty()
+
+
+def _auto_actors(gpus: float, cpus_per_actor: float) -> int:
+    import ray
+
+    resources = ray.cluster_resources()
+    if gpus > 0:
+        return max(1, int(resources.get("GPU", 1) // gpus))
+    return max(1, int(resources.get("CPU", 1) // max(cpus_per_actor, 1)))
+
+
+def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, started: float | None = None):
+    """Stage 3: write scorer rows into the store and publish the run; returns (run folder, manifest)."""
+    started = started or time.perf_counter()
+    writer = RunWriter(cfg.store, run_id, list(cfg.methods))
+    fingerprints, n_layers, done, last_note = set(), None, 0, time.perf_counter()
+    score_started = time.perf_counter()
+    try:
+        for batch in rows:
+            writer.write(batch)
+            fingerprints.update(x for x in batch.column("model_fingerprint").to_pylist() if x)
+            n_layers = n_layers or next((x for x in batch.column("n_layers").to_pylist() if x), None)
+            done += batch.num_rows
+            if time.perf_counter() - last_note > 10 or done == n_input:
+                rate = done / max(time.perf_counter() - score_started, 1e-9)
+                log.info("scored %d/%d documents (%.1f docs/s)", done, n_input, rate)
+                last_note = time.perf_counter()
+        if len(fingerprints) > 1:
+            raise RuntimeError(f"actors loaded different weights: {sorted(fingerprints)}")
+        score_s = time.perf_counter() - score_started
+        manifest = build_manifest(cfg, run_id, fingerprints, n_layers, n_input, score_s, started)
+        (writer.staging / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        run_dir = writer.publish(manifest)
+    except BaseException:
+        writer.abort()
+        raise
+    log.info("published run %s into %s (%s)", run_id, run_dir, writer.counts)
+    return run_dir, {**manifest, "counts": writer.counts}
+
+
+def build_manifest(cfg, run_id, fingerprints, n_layers, n_input, score_s, started) -> dict:
+    from transformers import AutoConfig
+
+    from xai_ray.model import label_names, resolve_model_path
+
+    model_config = AutoConfig.from_pretrained(resolve_model_path(cfg.model), trust_remote_code=cfg.trust_remote_code)
+    return {
+        "run_id": run_id,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "status": "complete",
+        "config": cfg.to_dict(),
+        "model": {
+            "name": cfg.model,
+            "path": resolve_model_path(cfg.model),
+            "model_type": model_config.model_type,
+            "n_layers": n_layers,
+            "n_heads": getattr(model_config, "num_attention_heads", None) or getattr(model_config, "n_heads", None),
+            "fingerprint": next(iter(fingerprints), None),
+            "labels": label_names(model_config),
+            "allow_pickle": cfg.allow_pickle,
+            "trust_remote_code": cfg.trust_remote_code,
+        },
+        "attention": cfg.attention_options,
+        "input_documents": n_input,
+        "timings": {"score_and_write_s": round(score_s, 3), "total_s": round(time.perf_counter() - started, 3),
+                    "docs_per_s": round(n_input / max(score_s, 1e-9), 3)},
+        "versions": versions(),
+        "host": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+    }
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("xai-ray", "torch", "transformers", "tokenizers", "ray", "pyarrow", "duckdb", "altair", "numpy",
+                 "numba"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
+    """Stage 4: the run's headline numbers and its top-k words (rollout if present, else the first method)."""
+    from xai_ray.query import open_store, pick_run, run_named, topk
+
+    con = open_store(store)
+    run = pick_run(con, run_id)
+    summary = run_named(con, "summary", run_id=run_id).iloc[0].to_dict()
+    methods = run["methods"].split(",")
+    method = "rollout" if "rollout" in methods else methods[0]
+    top = topk(con, run_id=run_id, method=method, k=k)
+    return {**summary, "method": method, "top_words": top["word"].tolist()[:10]}
+
+
+def report(store: str | Path, run_id: str, out: str | Path) -> Path:
+    """Stage 5: one self-contained HTML report of the run."""
+    from xai_ray.report import build_report
+
+    return build_report(store, run_id, out)

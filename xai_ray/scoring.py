@@ -1,0 +1,187 @@
+"""The scoring actor: model loaded once, then ``__call__(batch) -> one row per document``.
+
+A row holds the document's prediction, its tokens and words, and every method's per-layer
+scores flattened to L*n floats (``scores_<method>``). Rows that cannot be scored carry an
+``error`` instead; the rest of the batch is kept. The same class runs inside Ray Data actors
+and directly in a notebook or test: it knows nothing of Ray.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from xai_ray.methods import AttentionOptions, get_method
+from xai_ray.words import merge_scores, normalise, word_index, word_texts
+
+ROW_FIELDS = [
+    pa.field("doc_id", pa.string()),
+    pa.field("text", pa.string()),
+    pa.field("label", pa.int64()),
+    pa.field("pred", pa.int64()),
+    pa.field("probs", pa.list_(pa.float32())),
+    pa.field("n_tokens", pa.int32()),
+    pa.field("n_layers", pa.int32()),
+    pa.field("truncated", pa.bool_()),
+    pa.field("tokens", pa.list_(pa.string())),
+    pa.field("word_index", pa.list_(pa.int32())),
+    pa.field("words", pa.list_(pa.string())),
+    pa.field("error", pa.string()),
+    pa.field("model_fingerprint", pa.string()),
+]
+
+
+def row_schema(methods) -> pa.Schema:
+    per_method = [
+        pa.field(f"{prefix}_{m}", pa.list_(pa.float32()))
+        for m in methods
+        for prefix in ("scores", "word_scores", "word_raw")
+    ]
+    return pa.schema(ROW_FIELDS + per_method)
+
+
+class Scorer:
+    """Callable class for ``Dataset.map_batches``: scores a batch of ``{doc_id, text, label}``."""
+
+    def __init__(self, config: dict) -> None:
+        import torch
+
+        import transformers
+
+        from xai_ray.model import load_model
+
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+        self.config = config
+        threads = max(1, int(config.get("cpus_per_actor") or 1))
+        torch.set_num_threads(threads)
+        self.device = "cuda" if torch.cuda.is_available() and config.get("gpus_per_actor") else "cpu"
+        loaded = load_model(
+            config["model"],
+            allow_pickle=config.get("allow_pickle", False),
+            trust_remote_code=config.get("trust_remote_code", False),
+            seed=config.get("seed", 0),
+            device=self.device,
+        )
+        self.model, self.tokenizer, self.info = loaded.model, loaded.tokenizer, loaded.info
+        self.max_length = min(int(config["max_length"]), _model_limit(self.tokenizer, self.model))
+        options = AttentionOptions(
+            residual=config.get("residual", "half"),
+            head_fusion=config.get("head_fusion", "mean"),
+            discard_ratio=config.get("discard_ratio", 0.0),
+            start_layer=config.get("start_layer", 1),
+        )
+        self.options = options
+        self.methods = {name: get_method(name, options) for name in config["methods"]}
+        self.schema = row_schema(list(self.methods))
+        self.pid = os.getpid()
+
+    def __call__(self, batch: dict) -> pa.Table:
+        ids = [str(x) for x in batch["doc_id"]]
+        texts = list(batch["text"])
+        labels = [None if _missing(x) else int(x) for x in batch["label"]]
+        rows, good = [], []
+        for i, text in enumerate(texts):
+            problem = _text_problem(text)
+            if problem:
+                rows.append(self._error_row(ids[i], labels[i], problem))
+            else:
+                good.append(i)
+        if good:
+            try:
+                rows.extend(self._score(ids, texts, labels, good))
+            except Exception:
+                # One bad document must not sink its batch: score the rest one at a time.
+                for i in good:
+                    try:
+                        rows.extend(self._score(ids, texts, labels, [i]))
+                    except Exception as err:  # recorded per row, the job goes on
+                        rows.append(self._error_row(ids[i], labels[i], f"scoring failed: {type(err).__name__}: {err}"))
+        return pa.Table.from_pylist(rows, schema=self.schema)
+
+    def _score(self, ids, texts, labels, chosen) -> list[dict]:
+        import torch
+
+        from xai_ray.capture import forward_with_attention
+
+        encoding = self.tokenizer(
+            [texts[i] for i in chosen],
+            truncation=True,
+            max_length=self.max_length,
+            padding=True,
+            return_offsets_mapping=True,
+            return_tensors="pt",
+        )
+        offsets = encoding.pop("offset_mapping").tolist()
+        model_inputs = {k: v.to(self.device) for k, v in encoding.items()}
+        logits, fused = forward_with_attention(
+            self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio
+        )
+        probs = torch.softmax(logits, dim=-1).cpu().numpy()  # (B, C)
+        fused = fused.cpu().numpy()  # (B, L, N, N)
+        lengths = encoding["attention_mask"].sum(dim=1).tolist()
+        rows = []
+        for b, i in enumerate(chosen):
+            n = int(lengths[b])
+            index, n_words = word_index(encoding.word_ids(b)[:n])
+            tokens = self.tokenizer.convert_ids_to_tokens(encoding["input_ids"][b, :n].tolist())
+            doc_offsets = offsets[b][:n]
+            row = {
+                "doc_id": ids[i],
+                "text": texts[i],
+                "label": labels[i],
+                "pred": int(probs[b].argmax()),
+                "probs": probs[b].tolist(),
+                "n_tokens": n,
+                "n_layers": fused.shape[1],
+                "truncated": _was_truncated(texts[i], doc_offsets, index),
+                "tokens": tokens,
+                "word_index": index.tolist(),
+                "words": word_texts(index, n_words, doc_offsets, texts[i]),
+                "error": None,
+                "model_fingerprint": self.info["fingerprint"],
+            }
+            doc_attention = fused[b, :, :n, :n]  # (L, n, n): padding sliced away
+            for name, method in self.methods.items():
+                scores = method.attribute(doc_attention)  # (L, n)
+                word_raw = merge_scores(scores, index, n_words)  # (L, W)
+                row[f"scores_{name}"] = scores.astype(np.float32).ravel()
+                row[f"word_raw_{name}"] = word_raw.astype(np.float32).ravel()
+                row[f"word_scores_{name}"] = normalise(word_raw).astype(np.float32).ravel()
+            rows.append(row)
+        return rows
+
+    def _error_row(self, doc_id, label, reason: str) -> dict:
+        return {"doc_id": doc_id, "label": label, "error": reason, "model_fingerprint": self.info["fingerprint"]}
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+
+
+def _text_problem(text) -> str | None:
+    if not isinstance(text, str):
+        return f"text is {type(text).__name__}, not a string" if not _missing(text) else "text is null"
+    if not text.strip():
+        return "text is empty or whitespace only"
+    return None
+
+
+def _was_truncated(text: str, offsets, index) -> bool:
+    ends = [end for (start, end), w in zip(offsets, index) if w >= 0]
+    return bool(ends) and bool(text[max(ends):].strip())
+
+
+def _model_limit(tokenizer, model) -> int:
+    limit = getattr(model.config, "max_position_embeddings", None) or 512
+    if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
+        limit -= 2  # RoBERTa reserves two positions for the padding offset
+    return int(min(limit, getattr(tokenizer, "model_max_length", limit) or limit))
+
+
+def rows_to_scores(row: dict, method: str) -> np.ndarray:
+    """A row's flattened ``scores_<method>`` back to shape (L, n)."""
+    return np.asarray(row[f"scores_{method}"], dtype=np.float32).reshape(row["n_layers"], row["n_tokens"])
