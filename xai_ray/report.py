@@ -33,8 +33,10 @@ def build_report(store: str | Path, run_id: str | None, out: str | Path, k: int 
     layer = int(run["n_layers"])
     summary = run_named(con, "summary", run_id=run_id).iloc[0].to_dict()
 
+    # Words seen once or twice dominate a mean; ask for a few occurrences, more on big corpora.
+    min_count = int(min(max(summary["n_docs"] // 20, 2), 20))
     sections: list[tuple[str, str, list]] = []
-    headline = topk(con, run_id, main_method, layer, k=k)
+    headline = topk(con, run_id, main_method, layer, k=k, min_count=min_count)
     subtitle = [
         f"Average positive probability: {summary['mean_prob_pos']:.2f}, "
         f"average negative probability: {summary['mean_prob_neg']:.2f}",
@@ -43,11 +45,12 @@ def build_report(store: str | Path, run_id: str | None, out: str | Path, k: int 
     sections.append(("Top words across all reviews", "", [charts.topk_bar(
         headline, f"Top {k} important words across all samples ({main_method}, layer {layer})", subtitle)]))
 
-    per_method = pd.concat([topk(con, run_id, m, layer, k=k).assign(method=m) for m in methods])
-    sections.append(("Top words per method", f"Layer {layer}; special tokens excluded, scores renormalised.",
+    per_method = pd.concat([topk(con, run_id, m, layer, k=k, min_count=min_count).assign(method=m) for m in methods])
+    sections.append(("Top words per method", f"Layer {layer}; words seen at least {min_count} times; "
+                     "special tokens excluded, scores renormalised.",
                      [charts.topk_facets(per_method, "method", f"Top {k} words per method (layer {layer})")]))
 
-    by_pred = topk(con, run_id, main_method, layer, k=k, by="pred")
+    by_pred = topk(con, run_id, main_method, layer, k=k, by="pred", min_count=min_count)
     by_pred["predicted"] = by_pred["group"].map(lambda g: labels.get(int(g), g) if str(g).isdigit() else g)
     sections.append(("Top words per predicted class", "", [
         charts.topk_facets(by_pred, "predicted", f"Top {k} words per predicted class ({main_method})")]))

@@ -1,0 +1,56 @@
+"""Attention flow (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers").
+
+The attention graph is a layered DAG: position i at level l links to position j at level
+l-1 with capacity A[l-1][i, j] (layer index 0 = the model's layer 1). The flow score of input
+token j at layer l is the max-flow value from [CLS] at level l to token j at level 0. Exact
+max-flow values, computed by the numba push-relabel kernel in ``maxflow.py``: it warm-starts
+each token from the previous token's flow instead of solving every token from scratch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xai_ray.methods.base import Method, as_layers, mix_residual, register
+from xai_ray.methods.maxflow import flow_scores
+
+
+def attention_flow(A, per_layer: bool = False) -> np.ndarray:
+    """[CLS] attention-flow scores of already fused, residual-mixed attention.
+
+    A: (L, n, n) numpy array or torch tensor, rows sum to 1 (they are the capacities).
+    Returns the max-flow value from (level L, position 0) to every (level 0, position j) with
+    shape (n,), or every layer's values with shape (L, n) when ``per_layer`` (row l-1 uses
+    source level l and only levels 0..l). Every value is at most 1 (the source's
+    out-capacity) and at most the column sum of A[0].
+    """
+    A = np.ascontiguousarray(as_layers(A))  # (L, n, n)
+    if not np.isfinite(A).all() or (A < 0).any():
+        raise ValueError("attention capacities must be finite and non-negative")
+    n_layers, n = A.shape[:2]
+    layers = np.arange(1, n_layers + 1) if per_layer else np.array([n_layers])  # (K,)
+    if n_layers == 0 or n == 0:
+        scores = np.zeros((layers.shape[0], n))  # (K, n)
+    else:
+        scores = flow_scores(A, layers.astype(np.int64))  # (K, n)
+    return scores if per_layer else scores[0]
+
+
+@register
+class AttentionFlow(Method):
+    """Attention flow: the max flow each input token can take from [CLS] through the layers.
+
+    Unlike rollout, which multiplies attention through (paths share no capacity), flow treats
+    attention weights as capacities, so a token gets what the narrowest cut allows.
+    """
+
+    name = "flow"
+
+    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
+        fused = as_layers(fused)
+        start = self.options.start_layer - 1
+        scores = np.full(fused.shape[:2], np.nan)
+        if start < fused.shape[0]:
+            mixed = mix_residual(fused[start:], self.options.residual)
+            scores[start:] = attention_flow(mixed, per_layer=True)
+        return scores

@@ -1,0 +1,256 @@
+"""Exact max-flow kernels behind attention flow (Abnar & Zuidema 2020), compiled with numba.
+
+One document is one flow network, built once (``build_graph``):
+
+    node (m, i) = (m - 1) * n + i   position i at level m = 1..L (level m reads layer m)
+    node t      = L * n             one sink standing for every input token at level 0
+    arc (m, i) -> (m-1, k)          capacity A[m-1, i, k] (absent when 0), for m >= 2
+    arc (1, i) -> t                 capacity A[0, i, j], re-weighted for each token j
+
+Level-0 positions other than j have no way out, so no flow ever enters them: a single sink
+whose in-capacities are swapped per token is the same network as the definition's.
+
+Solver: push-relabel (Goldberg & Tarjan 1988) with highest-label selection and the gap
+heuristic, phase 1 only: once no node that can still reach the sink holds excess, the sink's
+excess is the max-flow value (a minimum cut separates it from all remaining excess).
+
+Why it is fast: all tokens of a layer share the network above level 1, so token j+1 starts
+from token j's preflow (warm start): the flow token j received is put back as excess on the
+level-1 nodes it came through and only has to be re-routed, while the flow above level 1 that
+both tokens use stays in place. Labels restart from the level numbers, always a valid labelling
+here (every arc joins neighbouring levels), instead of a whole-graph BFS per token. A global
+relabel (backward BFS from the sink) still runs whenever one token's work passes the arc count,
+keeping the usual worst-case behaviour.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Excess at or below EPS counts as none, so float round-off (~1e-17 per operation on capacities
+# <= 1) cannot keep nodes active forever; it moves a value by at most (#nodes * EPS) ~ 1e-11.
+EPS = 1e-14
+
+
+@njit(cache=True)
+def build_graph(A):  # A: (L, n, n) -> CSR arcs of the whole document
+    L, n = A.shape[0], A.shape[1]
+    N = L * n + 1
+    t = L * n
+    n_fwd = np.zeros(N, np.int64)  # (N,) forward arcs (to the level below) of each node
+    n_rev = np.zeros(N, np.int64)  # (N,) arcs paired with a forward arc entering the node
+    for m in range(2, L + 1):
+        for i in range(n):
+            for k in range(n):
+                if A[m - 1, i, k] > 0.0:
+                    n_fwd[(m - 1) * n + i] += 1
+                    n_rev[(m - 2) * n + k] += 1
+    for i in range(n):  # sink arcs exist even at capacity 0: their weights change per token
+        n_fwd[i] += 1
+        n_rev[t] += 1
+    first = np.zeros(N + 1, np.int64)  # (N+1,) arcs of node v are first[v]:first[v+1]
+    for v in range(N):
+        first[v + 1] = first[v] + n_fwd[v] + n_rev[v]
+    M = first[N]
+    head = np.empty(M, np.int32)  # (M,) node an arc points to
+    rev = np.empty(M, np.int32)  # (M,) index of the paired arc in the other direction
+    cap = np.zeros(M)  # (M,) capacity; paired (reverse) arcs start at 0
+    # Forward arcs come first in each node's list: a discharge scans them before the
+    # reverse arcs, since pushing towards the sink is what almost every push does.
+    pos_f = first[:N].copy()  # (N,)
+    pos_r = first[:N] + n_fwd  # (N,)
+    for m in range(2, L + 1):
+        for i in range(n):
+            u = (m - 1) * n + i
+            for k in range(n):
+                c = A[m - 1, i, k]
+                if c > 0.0:
+                    v = (m - 2) * n + k
+                    a = pos_f[u]
+                    b = pos_r[v]
+                    pos_f[u] += 1
+                    pos_r[v] += 1
+                    head[a] = v
+                    head[b] = u
+                    rev[a] = b
+                    rev[b] = a
+                    cap[a] = c
+    sink_arc = np.empty(n, np.int64)  # (n,) arc (1, i) -> t
+    for i in range(n):
+        a = pos_f[i]
+        b = pos_r[t]
+        pos_f[i] += 1
+        pos_r[t] += 1
+        head[a] = t
+        head[b] = i
+        rev[a] = b
+        rev[b] = a
+        sink_arc[i] = a
+    return first, n_fwd, head, rev, cap, sink_arc
+
+
+@njit(cache=True)
+def _global_relabel(first, head, rev, res, base, d, queue, t):
+    """Exact distances to the sink by backward BFS over residual arcs; N where none."""
+    N = d.shape[0]
+    for v in range(N):
+        d[v] = N
+    d[t] = 0
+    queue[0] = t
+    q_head, q_tail = 0, 1
+    while q_head < q_tail:
+        v = queue[q_head]
+        q_head += 1
+        for a in range(first[v], first[v + 1]):
+            u = head[a]
+            # base[u] == N: the source or a level above it, never part of this layer's flow
+            if d[u] == N and base[u] < N and res[rev[a]] > 0.0:
+                d[u] = d[v] + 1
+                queue[q_tail] = u
+                q_tail += 1
+
+
+@njit(cache=True)
+def _push_relabel(first, head, rev, res, excess, base, d, cur, queue, bnext, bhead, count, t):
+    """Move all excess that can reach the sink into it (phase 1 of push-relabel)."""
+    N = d.shape[0]
+    budget = first[N]  # scan work allowed before a global relabel refreshes the labels
+    work = 0
+    for v in range(N):
+        d[v] = base[v]
+    while True:
+        for k in range(N + 2):
+            bhead[k] = -1
+            count[k] = 0
+        top = -1
+        for v in range(N):
+            cur[v] = first[v]
+            if d[v] < N:
+                count[d[v]] += 1
+                if v != t and excess[v] > EPS:
+                    bnext[v] = bhead[d[v]]
+                    bhead[d[v]] = v
+                    top = max(top, d[v])
+        refresh = False
+        while top >= 0:
+            v = bhead[top]
+            if v < 0:
+                top -= 1
+                continue
+            bhead[top] = bnext[v]
+            if d[v] != top or excess[v] <= EPS:
+                continue  # stale entry: v was relabelled or cut off by a gap meanwhile
+            if work > budget:
+                work = 0
+                refresh = True
+                _global_relabel(first, head, rev, res, base, d, queue, t)
+                break
+            while excess[v] > EPS and d[v] < N:  # discharge v
+                dv = d[v]
+                end = first[v + 1]
+                a = cur[v]
+                while a < end:
+                    r = res[a]
+                    if r > 0.0 and d[head[a]] == dv - 1:
+                        u = head[a]
+                        e = excess[v]
+                        delta = r if r < e else e
+                        res[a] = 0.0 if delta == r else r - delta
+                        res[rev[a]] += delta
+                        was_idle = excess[u] <= EPS
+                        excess[u] += delta
+                        excess[v] = 0.0 if delta == e else e - delta
+                        if was_idle and u != t and excess[u] > EPS:
+                            bnext[u] = bhead[dv - 1]
+                            bhead[dv - 1] = u
+                            top = max(top, dv - 1)  # v may have been relabelled above top
+                        if excess[v] <= EPS:
+                            break
+                    a += 1
+                work += a - cur[v]
+                if a < end:
+                    cur[v] = a
+                    break
+                # relabel: every residual arc of v points at a label >= d[v]
+                low = N
+                for b in range(first[v], end):
+                    if res[b] > 0.0 and d[head[b]] < low:
+                        low = d[head[b]]
+                work += end - first[v]
+                count[dv] -= 1
+                if count[dv] == 0:
+                    # gap: nothing is left at label dv, so nodes above it cannot reach t
+                    for w in range(N):
+                        if dv < d[w] < N:
+                            count[d[w]] -= 1
+                            d[w] = N
+                    d[v] = N
+                    break
+                d[v] = min(low + 1, N)
+                if d[v] < N:
+                    count[d[v]] += 1
+                cur[v] = first[v]
+            if d[v] < N and excess[v] > EPS:
+                bnext[v] = bhead[d[v]]
+                bhead[d[v]] = v
+                top = max(top, d[v])
+        if not refresh:
+            return
+
+
+@njit(cache=True)
+def flow_scores(A, layers):  # A: (L, n, n), layers: (K,) 1-based -> (K, n)
+    """Max-flow value from (l, 0) to every input token, for each top layer l in ``layers``."""
+    L, n = A.shape[0], A.shape[1]
+    out = np.zeros((layers.shape[0], n))  # (K, n)
+    first, n_fwd, head, rev, cap, sink_arc = build_graph(A)
+    N = L * n + 1
+    t = L * n
+    res = np.empty_like(cap)  # (M,) residual capacities
+    excess = np.zeros(N)  # (N,)
+    base = np.empty(N, np.int64)  # (N,) restart labels: level numbers
+    d = np.empty(N, np.int64)  # (N,) current labels
+    cur = np.empty(N, np.int64)  # (N,) current arc of each node
+    queue = np.empty(N, np.int64)  # (N,)
+    bnext = np.empty(N, np.int64)  # (N,) next node in the same active bucket
+    bhead = np.empty(N + 2, np.int64)  # (N+2,) first active node per label
+    count = np.empty(N + 2, np.int64)  # (N+2,) nodes per label, for the gap heuristic
+    has_in = np.zeros(n, np.bool_)  # (n,) token j has some positive in-capacity
+    for i in range(n):
+        for j in range(n):
+            if A[0, i, j] > 0.0:
+                has_in[j] = True
+    for row in range(layers.shape[0]):
+        l = layers[row]
+        if l == 1:
+            # source (1, 0) has a single path to token j, through its own arc
+            for j in range(n):
+                out[row, j] = A[0, 0, j]
+            continue
+        s = (l - 1) * n
+        for v in range(N):
+            excess[v] = 0.0
+            level = v // n + 1
+            # the source and its level-mates sit above everything the flow can reach
+            base[v] = level if level < l else N
+        base[t] = 0
+        res[:] = cap
+        for a in range(first[s], first[s] + n_fwd[s]):  # saturate the source's arcs
+            excess[head[a]] += res[a]
+            res[rev[a]] = res[a]
+            res[a] = 0.0
+        for j in range(n):
+            if not has_in[j]:
+                continue  # nothing attends to j in layer 1 (padding): its flow is 0
+            for i in range(n):
+                # warm start: the flow the previous token received goes back to the
+                # level-1 node it came through, then the sink arcs take token j's weights
+                a = sink_arc[i]
+                excess[i] += res[rev[a]]
+                res[rev[a]] = 0.0
+                res[a] = A[0, i, j]
+            excess[t] = 0.0
+            _push_relabel(first, head, rev, res, excess, base, d, cur, queue, bnext, bhead, count, t)
+            out[row, j] = excess[t]
+    return out
