@@ -129,5 +129,7 @@ def topk(con, run_id: str | None = None, method: str = "rollout", layer: int | N
     if by not in ("all", "label", "pred", "correct"):
         raise QueryError(f"--by must be all, label, pred or correct; got {by!r}")
     layer = int(run["n_layers"]) if layer is None else int(layer)
-    return run_named(con, "topk", run_id=run["run_id"], method=method, layer=layer, by=by,
-                     min_count=int(min_count), k=int(k))
+    params = {"run_id": run["run_id"], "method": method, "layer": layer, "min_count": int(min_count), "k": int(k)}
+    if by == "all":
+        return run_named(con, "topk", **params)
+    return run_named(con, "topk_grouped", by=by, **params)

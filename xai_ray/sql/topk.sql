@@ -1,43 +1,27 @@
--- Top-k words of one run, method and layer, ranked by mean normalised score over occurrences.
--- Parameters: $run_id, $method, $layer, $by ('all' | 'label' | 'pred' | 'correct'), $min_count, $k.
-with run_docs as (
-    select doc_id, label, pred
-    from docs
-    where run_id = $run_id
-),
-
-occurrences as (
-    select
-        words.doc_id,
-        lower(words.word) as word,
-        words.score,
-        case $by
-            when 'label' then cast(run_docs.label as varchar)
-            when 'pred' then cast(run_docs.pred as varchar)
-            when 'correct' then cast(run_docs.label = run_docs.pred as varchar)
-            else 'all'
-        end as grp
+-- Top-k words of one run, method and layer over all documents, ranked by mean normalised score
+-- over occurrences. Reads only the words file of that method and layer (partition pruning).
+-- Parameters: $run_id, $method, $layer, $min_count, $k.
+with occurrences as (
+    select doc_id, lower(word) as word, score
     from words
-    inner join run_docs on words.doc_id = run_docs.doc_id
-    where words.run_id = $run_id and words.method = $method and words.layer = $layer
+    where run_id = $run_id and method = $method and layer = $layer
 ),
 
 per_word as (
     select
-        grp,
         word,
         avg(score) as mean_score,
         count(*) as occurrences,
         count(distinct doc_id) as documents
     from occurrences
-    group by grp, word
+    group by word
     having count(*) >= $min_count
 ),
 
 final as (
     select
-        grp as "group",
-        row_number() over (partition by grp order by mean_score desc, word) as rank,
+        'all' as "group",
+        row_number() over (order by mean_score desc, word) as rank,
         word,
         mean_score,
         occurrences,
@@ -47,4 +31,4 @@ final as (
 )
 
 select * from final
-order by "group", rank
+order by rank
