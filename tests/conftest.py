@@ -93,7 +93,12 @@ def build_bpe_tokenizer():
 
 
 def build_tiny_model(family: str, seed: int = 0):
-    """(model, tokenizer) of a tiny random classifier: 2 layers, 2 heads, hidden 16, 64 positions."""
+    """(model, tokenizer) of a tiny seeded random classifier with eager attention and 64 positions.
+
+    BERT: 2 layers x 2 heads, hidden 16; DistilBERT: 3 x 4, hidden 16; RoBERTa: 3 x 3, hidden 24.
+    ``initializer_range=0.5`` makes attention peaked instead of near-uniform, so a padding leak or
+    a wrong reduction shows up clearly in the scores.
+    """
     import torch
     from transformers import (
         BertConfig,
@@ -110,16 +115,16 @@ def build_tiny_model(family: str, seed: int = 0):
         tokenizer = build_wordpiece_tokenizer()
         config = BertConfig(
             vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-            intermediate_size=32, max_position_embeddings=64, num_labels=2, pad_token_id=tokenizer.pad_token_id, attn_implementation="eager",
-            initializer_range=0.5,
+            intermediate_size=32, max_position_embeddings=64, num_labels=2, pad_token_id=tokenizer.pad_token_id,
+            initializer_range=0.5, attn_implementation="eager",
         )
         model = BertForSequenceClassification(config)
     elif family == "distilbert":
         tokenizer = build_wordpiece_tokenizer(DistilBertTokenizerFast)
         config = DistilBertConfig(
             vocab_size=len(tokenizer), dim=16, n_layers=3, n_heads=4, hidden_dim=32,
-            max_position_embeddings=64, num_labels=2, pad_token_id=tokenizer.pad_token_id, attn_implementation="eager",
-            initializer_range=0.5,
+            max_position_embeddings=64, num_labels=2, pad_token_id=tokenizer.pad_token_id,
+            initializer_range=0.5, attn_implementation="eager",
         )
         model = DistilBertForSequenceClassification(config)
     elif family == "roberta":
@@ -127,9 +132,8 @@ def build_tiny_model(family: str, seed: int = 0):
         config = RobertaConfig(
             vocab_size=len(tokenizer), hidden_size=24, num_hidden_layers=3, num_attention_heads=3,
             intermediate_size=32, max_position_embeddings=64, num_labels=2,
-            pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, attn_implementation="eager",
-            initializer_range=0.5,
-            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id, initializer_range=0.5, attn_implementation="eager",
         )
         model = RobertaForSequenceClassification(config)
     else:

@@ -14,7 +14,8 @@ def topk_bar(top: pd.DataFrame, title: str, subtitle: list[str] | None = None) -
     top: columns word, mean_score, occurrences, documents (one group).
     """
     base = alt.Chart(top).encode(
-        y=alt.Y("word:N", sort=alt.EncodingSortField("mean_score", order="descending"), title=None),
+        # An explicit order: both layers then share one sort, which Vega can union without warning.
+        y=alt.Y("word:N", sort=top.sort_values("mean_score", ascending=False)["word"].tolist(), title=None),
         x=alt.X("mean_score:Q", title="mean normalised score"),
         tooltip=["word:N", alt.Tooltip("mean_score:Q", format=".4f"), "occurrences:Q", "documents:Q"],
     )

@@ -14,7 +14,6 @@ import sys
 from xai_ray.config import ConfigError
 
 
-
 def _user_errors() -> tuple[type[Exception], ...]:
     from xai_ray.corpus import CorpusError
     from xai_ray.model import ModelError

@@ -48,7 +48,6 @@ class Scorer:
 
     def __init__(self, config: dict) -> None:
         import torch
-
         import transformers
 
         from xai_ray.model import load_model
@@ -67,6 +66,7 @@ class Scorer:
             device=self.device,
         )
         self.model, self.tokenizer, self.info = loaded.model, loaded.tokenizer, loaded.info
+        self.tokenizer.padding_side = "right"  # per-document slices [:n] assume real tokens come first
         self.max_length = min(int(config["max_length"]), _model_limit(self.tokenizer, self.model))
         options = AttentionOptions(
             residual=config.get("residual", "half"),

@@ -76,7 +76,6 @@ def build_graph(A):  # A: (L, n, n) -> CSR arcs of the whole document
                     rev[a] = b
                     rev[b] = a
                     cap[a] = c
-    sink_arc = np.empty(n, np.int64)  # (n,) arc (1, i) -> t
     for i in range(n):
         a = pos_f[i]
         b = pos_r[t]
@@ -86,8 +85,7 @@ def build_graph(A):  # A: (L, n, n) -> CSR arcs of the whole document
         head[b] = i
         rev[a] = b
         rev[b] = a
-        sink_arc[i] = a
-    return first, n_fwd, head, rev, cap, sink_arc
+    return first, n_fwd, head, rev, cap
 
 
 @njit(cache=True)
@@ -112,13 +110,28 @@ def _global_relabel(first, head, rev, res, base, d, queue, t):
 
 
 @njit(cache=True)
-def _push_relabel(first, head, rev, res, excess, base, d, cur, queue, bnext, bhead, count, t):
-    """Move all excess that can reach the sink into it (phase 1 of push-relabel)."""
+def _gap(d, count, k):
+    """No node is left at label k, so nodes labelled above k cannot reach the sink."""
     N = d.shape[0]
-    budget = first[N]  # scan work allowed before a global relabel refreshes the labels
+    for w in range(N):
+        if k < d[w] < N:
+            count[d[w]] -= 1
+            d[w] = N
+
+
+@njit(cache=True)
+def _push_relabel(first, head, rev, res, excess, base, d, cur, queue, bnext, bhead, count, n, t):
+    """Move all excess that can reach the sink into it (phase 1 of push-relabel).
+
+    Level-1 nodes (0..n-1) pass flow straight through: a push from label 2 into a level-1 node
+    at label 1 goes on into the sink at once, capped by the room left on its sink arc, and a
+    level-1 node whose sink arc is full moves to label 3 without a scan (its only other arcs
+    lead back up to labels >= 2). Without this, level-2 nodes keep overfilling level-1 nodes
+    that must then relabel (a scan of n arcs) and push the surplus back up.
+    """
+    N = d.shape[0]
+    budget = 4 * first[N]  # scan work allowed before a global relabel refreshes the labels
     work = 0
-    for v in range(N):
-        d[v] = base[v]
     while True:
         for k in range(N + 2):
             bhead[k] = -1
@@ -156,16 +169,30 @@ def _push_relabel(first, head, rev, res, excess, base, d, cur, queue, bnext, bhe
                         u = head[a]
                         e = excess[v]
                         delta = r if r < e else e
+                        if dv == 2 and u < n:  # pass through level-1 node u into the sink
+                            sa = first[u]
+                            room = res[sa]
+                            delta = room if room < delta else delta
+                            res[sa] = 0.0 if delta == room else room - delta
+                            res[rev[sa]] += delta
+                            excess[t] += delta
+                            if res[sa] == 0.0:
+                                d[u] = 3
+                                count[1] -= 1
+                                count[3] += 1
+                                if count[1] == 0:
+                                    _gap(d, count, 1)
+                        else:
+                            was_idle = excess[u] <= EPS
+                            excess[u] += delta
+                            if was_idle and u != t and excess[u] > EPS:
+                                bnext[u] = bhead[dv - 1]
+                                bhead[dv - 1] = u
+                                top = max(top, dv - 1)  # v may have been relabelled above top
                         res[a] = 0.0 if delta == r else r - delta
                         res[rev[a]] += delta
-                        was_idle = excess[u] <= EPS
-                        excess[u] += delta
                         excess[v] = 0.0 if delta == e else e - delta
-                        if was_idle and u != t and excess[u] > EPS:
-                            bnext[u] = bhead[dv - 1]
-                            bhead[dv - 1] = u
-                            top = max(top, dv - 1)  # v may have been relabelled above top
-                        if excess[v] <= EPS:
+                        if excess[v] <= EPS or d[v] == N:
                             break
                     a += 1
                 work += a - cur[v]
@@ -180,11 +207,7 @@ def _push_relabel(first, head, rev, res, excess, base, d, cur, queue, bnext, bhe
                 work += end - first[v]
                 count[dv] -= 1
                 if count[dv] == 0:
-                    # gap: nothing is left at label dv, so nodes above it cannot reach t
-                    for w in range(N):
-                        if dv < d[w] < N:
-                            count[d[w]] -= 1
-                            d[w] = N
+                    _gap(d, count, dv)
                     d[v] = N
                     break
                 d[v] = min(low + 1, N)
@@ -204,7 +227,7 @@ def flow_scores(A, layers):  # A: (L, n, n), layers: (K,) 1-based -> (K, n)
     """Max-flow value from (l, 0) to every input token, for each top layer l in ``layers``."""
     L, n = A.shape[0], A.shape[1]
     out = np.zeros((layers.shape[0], n))  # (K, n)
-    first, n_fwd, head, rev, cap, sink_arc = build_graph(A)
+    first, n_fwd, head, rev, cap = build_graph(A)
     N = L * n + 1
     t = L * n
     res = np.empty_like(cap)  # (M,) residual capacities
@@ -243,14 +266,22 @@ def flow_scores(A, layers):  # A: (L, n, n), layers: (K,) 1-based -> (K, n)
         for j in range(n):
             if not has_in[j]:
                 continue  # nothing attends to j in layer 1 (padding): its flow is 0
-            for i in range(n):
-                # warm start: the flow the previous token received goes back to the
-                # level-1 node it came through, then the sink arcs take token j's weights
-                a = sink_arc[i]
-                excess[i] += res[rev[a]]
-                res[rev[a]] = 0.0
-                res[a] = A[0, i, j]
             excess[t] = 0.0
-            _push_relabel(first, head, rev, res, excess, base, d, cur, queue, bnext, bhead, count, t)
+            for v in range(n, N):
+                d[v] = base[v]
+            for k in range(n):
+                # warm start: what level-1 node k sent the previous token (plus any excess
+                # stuck on it) goes into token j's sink arc as far as it fits; the rest
+                # stays on k as excess and is re-routed
+                sa = first[k]  # forward arcs come first: a level-1 node's only one is its sink arc
+                e = excess[k] + res[rev[sa]]
+                c = A[0, k, j]
+                delta = c if c < e else e
+                res[sa] = 0.0 if delta == c else c - delta
+                res[rev[sa]] = delta
+                excess[k] = 0.0 if delta == e else e - delta
+                excess[t] += delta
+                d[k] = 1 if res[sa] > 0.0 else 3  # a full sink arc leaves only arcs back up
+            _push_relabel(first, head, rev, res, excess, base, d, cur, queue, bnext, bhead, count, n, t)
             out[row, j] = excess[t]
     return out

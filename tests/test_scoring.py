@@ -1,0 +1,224 @@
+"""The Scorer on tiny random BERT, DistilBERT and RoBERTa models, against an eager reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from xai_ray.scoring import rows_to_scores
+
+FAMILIES = ["bert", "distilbert", "roberta"]
+METHODS = ["raw", "rollout"]
+
+TEXTS = [
+    "The acting was unbelievable, playing wonderfully!",
+    "good",
+    "I loved the film and the story, not very boring.",
+    "bad movie",
+    "This plot is fine",
+]
+
+
+def score(scorer, texts, labels=None) -> dict:
+    """Run the scorer on a batch; rows keyed by doc_id (the scorer may reorder rows)."""
+    ids = [f"d{i}" for i in range(len(texts))]
+    labels = labels if labels is not None else [i % 2 for i in range(len(texts))]
+    table = scorer({"doc_id": ids, "text": list(texts), "label": labels})
+    rows = table.to_pylist()
+    assert len(rows) == len(texts)
+    by_id = {row["doc_id"]: row for row in rows}
+    assert sorted(by_id) == sorted(ids)
+    return by_id
+
+
+def eager_reference(folder: str, text: str, max_length: int = 32):
+    """Straightforward reference: HF model with output_attentions on one unpadded text.
+
+    Returns (probs, raw (L, n), rollout (L, n), word_ids) in float64.
+    """
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, attn_implementation="eager").eval()
+    encoding = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+    word_ids = encoding.word_ids(0)
+    with torch.no_grad():
+        outputs = model(**encoding, output_attentions=True)
+    probs = torch.softmax(outputs.logits[0].double(), dim=-1).numpy()
+    n = encoding["input_ids"].shape[1]
+    eye = np.eye(n)
+    raw, rollout = [], []
+    rolled = None
+    for layer_attention in outputs.attentions:  # each (1, H, n, n)
+        heads = layer_attention[0].double().numpy()
+        W = sum(heads[h] for h in range(heads.shape[0])) / heads.shape[0]  # head mean
+        raw.append(W[0].copy())
+        A = 0.5 * W + 0.5 * eye
+        rolled = A if rolled is None else A @ rolled  # R_l = A_l @ R_(l-1), full matrices
+        rollout.append(rolled[0].copy())
+    return probs, np.array(raw), np.array(rollout), word_ids
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request):
+    return request.param
+
+
+def test_load_model_reads_tiny_folder(tiny_model_dir):
+    from xai_ray.model import load_model
+
+    loaded = load_model(tiny_model_dir)
+    assert loaded.tokenizer.is_fast
+    assert loaded.info["n_layers"] in (2, 3) and loaded.info["n_heads"] in (2, 3, 4)
+    assert loaded.info["labels"] == {0: "negative", 1: "positive"}
+    assert len(loaded.info["fingerprint"]) == 64
+    assert load_model(tiny_model_dir).info["fingerprint"] == loaded.info["fingerprint"]
+    encoding = loaded.tokenizer("good film", return_tensors="pt")
+    with torch.no_grad():
+        outputs = loaded.model(**encoding, output_attentions=True)
+    assert len(outputs.attentions) == loaded.info["n_layers"]
+    assert outputs.attentions[0].shape[1] == loaded.info["n_heads"]
+
+
+def test_scorer_loads_each_family(family, scorer_factory):
+    scorer = scorer_factory(family)
+    assert scorer.info["model_type"] == family
+    assert scorer.info["n_layers"] == {"bert": 2, "distilbert": 3, "roberta": 3}[family]
+    assert scorer.max_length == 32
+    assert set(scorer.methods) == set(METHODS)
+
+
+def test_batch_equals_single(family, scorer_factory):
+    scorer = scorer_factory(family)
+    batch = score(scorer, TEXTS)
+    lengths = {row["n_tokens"] for row in batch.values()}
+    assert len(lengths) == len(TEXTS), "texts should have different lengths so the batch is padded"
+    for i, text in enumerate(TEXTS):
+        alone = score(scorer, [text], labels=[i % 2])["d0"]
+        together = batch[f"d{i}"]
+        assert together["error"] is None and alone["error"] is None
+        for key in ("n_tokens", "n_layers", "tokens", "words", "word_index", "truncated", "pred", "label"):
+            assert together[key] == alone[key], key
+        np.testing.assert_allclose(together["probs"], alone["probs"], atol=1e-5)
+        for method in METHODS:
+            for prefix in ("scores", "word_scores", "word_raw"):
+                column = f"{prefix}_{method}"
+                a, b = np.asarray(together[column]), np.asarray(alone[column])
+                assert a.shape == b.shape, column
+                np.testing.assert_allclose(a, b, atol=1e-5, err_msg=f"{family} {column} text {i}")
+
+
+def test_batch_equals_single_with_discard_and_max_fusion(family, scorer_factory):
+    # Discarding ranks columns per row: padding columns must neither be kept nor counted as dropped.
+    scorer = scorer_factory(family, head_fusion="max", discard_ratio=0.4, residual="add", start_layer=2)
+    batch = score(scorer, TEXTS)
+    for i, text in enumerate(TEXTS):
+        alone = score(scorer, [text], labels=[i % 2])["d0"]
+        together = batch[f"d{i}"]
+        for method in METHODS:
+            a, b = rows_to_scores(together, method), rows_to_scores(alone, method)
+            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=f"{family} {method} text {i}")
+            if method == "rollout":
+                assert np.isnan(a[0]).all() and not np.isnan(a[1:]).any()
+            else:
+                assert not np.isnan(a).any()
+                np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("text_index", [0, 2])
+def test_scores_match_eager_reference(family, text_index, scorer_factory, tiny_model_factory):
+    text = TEXTS[text_index]
+    scorer = scorer_factory(family)
+    # Score inside a padded batch: the result must still equal the unpadded reference.
+    row = score(scorer, TEXTS)[f"d{text_index}"]
+    probs, raw, rollout, word_ids = eager_reference(tiny_model_factory(family), text)
+    n_layers, n = raw.shape
+    assert row["n_layers"] == n_layers and row["n_tokens"] == n
+    np.testing.assert_allclose(row["probs"], probs, atol=1e-5)
+    assert row["pred"] == int(np.argmax(probs))
+    np.testing.assert_allclose(rows_to_scores(row, "raw"), raw, atol=1e-5)
+    np.testing.assert_allclose(rows_to_scores(row, "rollout"), rollout, atol=1e-5)
+    # Sanity of the reference itself: rows of stochastic products sum to 1.
+    np.testing.assert_allclose(rollout.sum(axis=1), 1.0, atol=1e-9)
+    np.testing.assert_allclose(raw.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_word_scores_sum_to_one_and_word_raw_sums_pieces(family, scorer_factory):
+    scorer = scorer_factory(family)
+    rows = score(scorer, TEXTS)
+    for i, text in enumerate(TEXTS):
+        row = rows[f"d{i}"]
+        encoding = scorer.tokenizer(text, truncation=True, max_length=32)
+        # Dense word numbering by hand: first appearance order, specials -> -1.
+        dense, seen = [], {}
+        for wid in encoding.word_ids():
+            if wid is None:
+                dense.append(-1)
+            else:
+                if wid not in seen:
+                    seen[wid] = len(seen)
+                dense.append(seen[wid])
+        assert row["word_index"] == dense
+        n_words = len(seen)
+        assert len(row["words"]) == n_words
+        n_layers, n = row["n_layers"], row["n_tokens"]
+        for method in METHODS:
+            tokens = rows_to_scores(row, method).astype(np.float64)  # (L, n)
+            word_raw = np.asarray(row[f"word_raw_{method}"], dtype=np.float64).reshape(n_layers, n_words)
+            word_scores = np.asarray(row[f"word_scores_{method}"], dtype=np.float64).reshape(n_layers, n_words)
+            for layer in range(n_layers):
+                hand = [0.0] * n_words
+                for position in range(n):
+                    if dense[position] >= 0:
+                        hand[dense[position]] += tokens[layer, position]
+                np.testing.assert_allclose(word_raw[layer], hand, atol=1e-6)
+                assert word_scores[layer].sum() == pytest.approx(1.0, abs=1e-5)
+                np.testing.assert_allclose(word_scores[layer], np.array(hand) / sum(hand), atol=1e-5)
+
+
+def test_bad_rows_become_error_rows(scorer_factory):
+    scorer = scorer_factory("bert")
+    texts = [None, "", "   ", "The film was good", 42]
+    rows = score(scorer, texts, labels=[0, 1, None, 1, 0])
+    good = rows["d3"]
+    assert good["error"] is None
+    assert good["words"] == ["The", "film", "was", "good"]
+    assert len(good["scores_raw"]) == good["n_layers"] * good["n_tokens"]
+    assert good["label"] == 1
+    for bad_id, reason in (("d0", "null"), ("d1", "empty"), ("d2", "whitespace"), ("d4", "int")):
+        row = rows[bad_id]
+        assert isinstance(row["error"], str) and reason in row["error"], row["error"]
+        assert row["scores_raw"] is None and row["pred"] is None
+        assert row["model_fingerprint"] == scorer.info["fingerprint"]
+    assert rows["d2"]["label"] is None
+
+
+def test_batch_of_only_bad_rows(scorer_factory):
+    scorer = scorer_factory("bert")
+    rows = score(scorer, [None, " "])
+    assert all(row["error"] for row in rows.values())
+
+
+def test_truncation_flag(family, scorer_factory):
+    scorer = scorer_factory(family)
+    long_text = " ".join(["the film was good and the plot was fine"] * 8)
+    rows = score(scorer, [long_text, "bad movie"])
+    long_row, short_row = rows["d0"], rows["d1"]
+    assert long_row["error"] is None
+    assert long_row["n_tokens"] == 32
+    assert long_row["truncated"] is True
+    assert short_row["truncated"] is False
+    assert short_row["n_tokens"] < 32
+    # Truncated rows are still well formed.
+    assert rows_to_scores(long_row, "rollout").shape == (long_row["n_layers"], 32)
+
+
+def test_probs_are_a_distribution(family, scorer_factory):
+    scorer = scorer_factory(family)
+    rows = score(scorer, TEXTS)
+    for row in rows.values():
+        probs = np.asarray(row["probs"])
+        assert probs.shape == (2,)
+        assert probs.sum() == pytest.approx(1.0, abs=1e-5)
+        assert row["pred"] == int(probs.argmax())
