@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from xai_ray.capture import forward_with_attention
 from xai_ray.scoring import rows_to_scores
 
 FAMILIES = ["bert", "distilbert", "roberta"]
@@ -75,10 +76,10 @@ def test_load_model_reads_tiny_folder(tiny_model_dir):
     assert len(loaded.info["fingerprint"]) == 64
     assert load_model(tiny_model_dir).info["fingerprint"] == loaded.info["fingerprint"]
     encoding = loaded.tokenizer("good film", return_tensors="pt")
-    with torch.no_grad():
-        outputs = loaded.model(**encoding, output_attentions=True)
-    assert len(outputs.attentions) == loaded.info["n_layers"]
-    assert outputs.attentions[0].shape[1] == loaded.info["n_heads"]
+    logits, fused = forward_with_attention(loaded.model, dict(encoding))
+    n = encoding["input_ids"].shape[1]
+    assert logits.shape == (1, 2) and fused.shape == (1, loaded.info["n_layers"], n, n)
+    torch.testing.assert_close(fused.sum(dim=-1), torch.ones(1, loaded.info["n_layers"], n))
 
 
 def test_scorer_loads_each_family(family, scorer_factory):

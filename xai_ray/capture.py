@@ -1,12 +1,37 @@
 """One forward pass that yields what the methods need: logits and head-fused attention.
 
-The attention of every layer is fused over heads as soon as the model returns it, so only
-(B, L, n, n) floats leave this module instead of (B, L, H, n, n).
+Asking transformers for ``output_attentions`` keeps every layer's (B, H, n, n) attention alive
+and forces the eager path. Instead we register an attention function of our own
+("xai_capture") through transformers' AttentionInterface: it computes each layer's attention in
+chunks of heads, fuses the heads at once into a running (B, n, n) matrix, and lets the per-head
+probabilities die with the chunk. Peak memory then no longer grows with heads, and only the
+fused matrices of the L layers leave the forward pass.
+
+A custom attention name also needs a mask function registered (AttentionMaskInterface):
+without one transformers passes no mask and padding would be silently attended.
 """
 
 from __future__ import annotations
 
+import contextvars
+from dataclasses import dataclass, field
+
 import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+CAPTURE = "xai_capture"
+CHUNK_BYTES = 64 * 2**20  # per-head scores held at once, per layer
+
+_active: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar("xai_ray_capture", default=None)
+
+
+@dataclass
+class _Collector:
+    fusion: str
+    discard_ratio: float
+    lengths: torch.Tensor  # (B,)
+    layers: list = field(default_factory=list)  # L x (B, n, n) fused attention
 
 
 def fuse_heads(attn: torch.Tensor, fusion: str = "mean", discard_ratio: float = 0.0,
@@ -16,20 +41,37 @@ def fuse_heads(attn: torch.Tensor, fusion: str = "mean", discard_ratio: float = 
     discard_ratio drops, per head and row, that share of the lowest weights among the row's real
     columns (never column 0, [CLS]) before fusion; max/min fusion renormalises rows afterwards.
     """
-    attn = attn.float()
+    partial = _fuse_partial(attn.float(), fusion, discard_ratio, lengths)
+    return _finish(partial, attn.shape[1], fusion, discard_ratio)
+
+
+def _fuse_partial(attn, fusion, discard_ratio, lengths) -> torch.Tensor:
+    """Reduce a chunk of heads: a sum for mean fusion, else the max/min over the chunk."""
     if discard_ratio > 0:
         attn = _discard_lowest(attn, discard_ratio, lengths)
     if fusion == "mean":
-        fused = attn.mean(dim=1)  # (B, n, n)
-    elif fusion == "max":
-        fused = attn.amax(dim=1)  # (B, n, n)
-    elif fusion == "min":
-        fused = attn.amin(dim=1)  # (B, n, n)
-    else:
-        raise ValueError(f"head fusion must be mean, max or min; got {fusion!r}")
+        return attn.sum(dim=1)  # (B, n, n)
+    if fusion == "max":
+        return attn.amax(dim=1)  # (B, n, n)
+    if fusion == "min":
+        return attn.amin(dim=1)  # (B, n, n)
+    raise ValueError(f"head fusion must be mean, max or min; got {fusion!r}")
+
+
+def _merge(total, partial, fusion):
+    if total is None:
+        return partial
+    if fusion == "mean":
+        return total.add_(partial)
+    return torch.maximum(total, partial) if fusion == "max" else torch.minimum(total, partial)
+
+
+def _finish(total, n_heads, fusion, discard_ratio):
+    if fusion == "mean":
+        total = total / n_heads
     if fusion != "mean" or discard_ratio > 0:
-        fused = _renormalise(fused)
-    return fused
+        total = _renormalise(total)
+    return total
 
 
 def _renormalise(rows: torch.Tensor) -> torch.Tensor:
@@ -52,12 +94,57 @@ def _discard_lowest(attn: torch.Tensor, ratio: float, lengths: torch.Tensor | No
     return _renormalise(attn.masked_fill(drop, 0.0))
 
 
+def capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Drop-in attention: same output as eager attention; records the head-fused probabilities.
+
+    query/key/value: (B, H, n, d). Returns ((B, n, H, d) output, None).
+    """
+    collector = _active.get()
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    batch, heads, n, _ = query.shape
+    step = max(1, min(heads, CHUNK_BYTES // max(1, batch * n * n * 4)))
+    outputs, fused = [], None
+    for start in range(0, heads, step):
+        part = slice(start, start + step)
+        scores = torch.matmul(query[:, part], key[:, part].transpose(2, 3)) * scaling  # (B, h, n, n)
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        probs = torch.softmax(scores.float(), dim=-1)  # (B, h, n, n) fp32 for exact sums
+        outputs.append(torch.matmul(probs.to(value.dtype), value[:, part]))  # (B, h, n, d)
+        if collector is not None:
+            partial = _fuse_partial(probs, collector.fusion, collector.discard_ratio, collector.lengths)
+            fused = _merge(fused, partial, collector.fusion)
+    if collector is not None:
+        collector.layers.append(_finish(fused, heads, collector.fusion, collector.discard_ratio))
+    output = torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]  # (B, H, n, d)
+    return output.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(CAPTURE, capture_attention)
+AttentionMaskInterface.register(CAPTURE, eager_mask)
+
+
 @torch.inference_mode()
 def forward_with_attention(model, encoding: dict, fusion: str = "mean", discard_ratio: float = 0.0):
-    """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32."""
-    outputs = model(**encoding, output_attentions=True)
-    if not outputs.attentions or outputs.attentions[0] is None:
-        raise RuntimeError("the model returned no attention weights (is eager attention available?)")
+    """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32.
+
+    The model must have been loaded with ``attn_implementation="xai_capture"`` (model.load_model
+    does this); eager models are served through ``output_attentions`` as a fallback.
+    """
     lengths = encoding["attention_mask"].sum(dim=1)
-    fused = [fuse_heads(layer, fusion, discard_ratio, lengths) for layer in outputs.attentions]
-    return outputs.logits.float(), torch.stack(fused, dim=1)  # (B, C), (B, L, n, n)
+    if model.config._attn_implementation != CAPTURE:
+        outputs = model(**encoding, output_attentions=True)
+        if not outputs.attentions or outputs.attentions[0] is None:
+            raise RuntimeError("the model returned no attention weights (is eager attention available?)")
+        fused = [fuse_heads(layer, fusion, discard_ratio, lengths) for layer in outputs.attentions]
+        return outputs.logits.float(), torch.stack(fused, dim=1)
+    collector = _Collector(fusion=fusion, discard_ratio=discard_ratio, lengths=lengths)
+    token = _active.set(collector)
+    try:
+        logits = model(**encoding).logits
+    finally:
+        _active.reset(token)
+    if not collector.layers:
+        raise RuntimeError("the model never called its attention function: it cannot be explained here")
+    return logits.float(), torch.stack(collector.layers, dim=1)  # (B, C), (B, L, n, n)

@@ -42,7 +42,8 @@ class RunConfig:
     discard_ratio: float = 0.0
     start_layer: int = 1
     # execution
-    batch_size: int = 16
+    batch_size: int = 64  # documents handed to an actor at once
+    max_tokens_per_batch: int = 8192  # padded tokens per forward pass (the memory knob)
     actors: int = 0  # 0: one per GPU, else one per two CPU cores
     gpus_per_actor: float | None = None  # None: 1 when the cluster has GPUs, else 0
     cpus_per_actor: float = 1.0
@@ -72,7 +73,7 @@ class RunConfig:
         _check_choice("head_fusion", self.head_fusion, HEAD_FUSIONS)
         if not 0.0 <= self.discard_ratio < 1.0:
             raise ConfigError(f"discard_ratio must be in [0, 1), got {self.discard_ratio}")
-        for name in ("max_length", "batch_size", "start_layer", "top_k"):
+        for name in ("max_length", "batch_size", "start_layer", "top_k", "max_tokens_per_batch"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_length < 3:

@@ -42,11 +42,13 @@ def load_model(
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
     seed: int = 0,
-    attn_implementation: str = "eager",
+    attn_implementation: str = "xai_capture",
     device: str = "cpu",
 ) -> LoadedModel:
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    import xai_ray.capture  # noqa: F401  (registers the "xai_capture" attention function and its mask)
 
     path = resolve_model_path(name)
     local = Path(path).is_dir()

@@ -67,6 +67,7 @@ class Scorer:
         )
         self.model, self.tokenizer, self.info = loaded.model, loaded.tokenizer, loaded.info
         self.tokenizer.padding_side = "right"  # per-document slices [:n] assume real tokens come first
+        self.token_budget = int(config.get("max_tokens_per_batch") or 8192)
         self.max_length = min(int(config["max_length"]), _model_limit(self.tokenizer, self.model))
         options = AttentionOptions(
             residual=config.get("residual", "half"),
@@ -90,17 +91,37 @@ class Scorer:
                 rows.append(self._error_row(ids[i], labels[i], problem))
             else:
                 good.append(i)
-        if good:
+        for group in self._groups(texts, good):
             try:
-                rows.extend(self._score(ids, texts, labels, good))
+                rows.extend(self._score(ids, texts, labels, group))
             except Exception:
                 # One bad document must not sink its batch: score the rest one at a time.
-                for i in good:
+                for i in group:
                     try:
                         rows.extend(self._score(ids, texts, labels, [i]))
                     except Exception as err:  # recorded per row, the job goes on
                         rows.append(self._error_row(ids[i], labels[i], f"scoring failed: {type(err).__name__}: {err}"))
         return pa.Table.from_pylist(rows, schema=self.schema)
+
+    def _groups(self, texts, chosen) -> list[list[int]]:
+        """Split a batch into length-sorted groups of at most ``max_tokens_per_batch`` padded tokens.
+
+        A token budget rather than a row count: 64 short reviews cost what 4 long ones do.
+        """
+        if not chosen:
+            return []
+        encoded = self.tokenizer([texts[i] for i in chosen], truncation=True, max_length=self.max_length)
+        lengths = {i: len(ids) for i, ids in zip(chosen, encoded["input_ids"])}
+        order = sorted(chosen, key=lambda i: -lengths[i])
+        groups, current = [], []
+        for i in order:
+            longest = lengths[current[0]] if current else lengths[i]
+            if current and longest * (len(current) + 1) > self.token_budget:
+                groups.append(current)
+                current = []
+            current.append(i)
+        groups.append(current)
+        return groups
 
     def _score(self, ids, texts, labels, chosen) -> list[dict]:
         import torch

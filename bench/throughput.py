@@ -1,0 +1,183 @@
+"""Does explaining a corpus cost about what predicting it costs?
+
+    python bench/throughput.py MODEL DATA N [--max-length 512] [--e2e-n 2000] [--skip e]
+
+On the same N reviews and model, each variant in its own process (clean peak memory), prints:
+  (a) our scoring stage: capture + raw + rollout + words (xai_ray.scoring.Scorer)
+  (b) the bare forward pass, fused SDPA attention, no capture
+  (c) eager attention with output_attentions=True and nothing else
+  (d) one review at a time, eager attention, rollout per review (the seed write-up's loop)
+  (e) the whole `xai-ray run` (Ray start-up, actors, Parquet, DuckDB summary), on --e2e-n reviews
+then docs/s, the ratios a/b, a/c, a/d, e/a, and each variant's peak RSS. `--memory` instead
+compares peak RSS of (a) and (b) on one batch of 32 x 512 tokens of a random 12-layer,
+12-head, hidden-768 BERT. Run (e) inside a loopback-only network namespace (Ray).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def texts_for(data: str, n: int) -> tuple[list[str], list[str]]:
+    from xai_ray.corpus import read_corpus
+
+    corpus = read_corpus(data, limit=n, seed=0)
+    return corpus.doc_id.tolist(), corpus.text.tolist()
+
+
+def batches(tokenizer, texts, max_length, budget=8192):
+    """Length-sorted batches under a padded-token budget, the same for every variant."""
+    lengths = [len(x) for x in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+    group = []
+    for i in order:
+        if group and lengths[group[0]] * (len(group) + 1) > budget:
+            yield [texts[j] for j in group]
+            group = []
+        group.append(i)
+    yield [texts[j] for j in group]
+
+
+def run_variant(variant: str, model_name: str, data: str, n: int, max_length: int) -> dict:
+    import torch
+
+    from xai_ray.model import load_model
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    ids, texts = texts_for(data, n)
+    if variant == "a":
+        from xai_ray.scoring import Scorer
+
+        scorer = Scorer({"model": model_name, "max_length": max_length, "methods": ["raw", "rollout"],
+                         "cpus_per_actor": os.cpu_count()})
+        start = time.perf_counter()
+        scorer({"doc_id": ids, "text": texts, "label": [None] * len(ids)})
+        return {"seconds": time.perf_counter() - start}
+    attn = {"b": "sdpa", "c": "eager", "d": "eager"}[variant]
+    loaded = load_model(model_name, attn_implementation=attn)
+    model, tok = loaded.model, loaded.tokenizer
+    start = time.perf_counter()
+    with torch.inference_mode():
+        if variant in "bc":
+            for group in batches(tok, texts, max_length):
+                enc = tok(group, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+                model(**enc, output_attentions=(variant == "c"))
+        else:
+            for text in texts:  # the seed's loop: one review, full attention, matrix rollout
+                enc = tok(text, truncation=True, max_length=max_length, return_tensors="pt")
+                attentions = model(**enc, output_attentions=True).attentions
+                n_tok = enc["input_ids"].shape[1]
+                rollout = torch.eye(n_tok)
+                for layer in attentions:
+                    avg = layer.mean(dim=1).squeeze(0) + torch.eye(n_tok)
+                    avg = avg / avg.sum(dim=-1, keepdim=True)
+                    rollout = avg @ rollout
+    return {"seconds": time.perf_counter() - start}
+
+
+def run_memory(variant: str) -> dict:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    import xai_ray.capture as capture
+
+    torch.manual_seed(0)
+    torch.set_num_threads(os.cpu_count() or 1)
+    attn = capture.CAPTURE if variant == "a" else "sdpa"
+    config = BertConfig(num_hidden_layers=12, num_attention_heads=12, hidden_size=768, intermediate_size=3072,
+                        num_labels=2, attn_implementation=attn)
+    model = BertForSequenceClassification(config).eval()
+    ids = torch.randint(1000, 20000, (32, 512))
+    mask = torch.ones_like(ids)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.perf_counter()
+    with torch.inference_mode():
+        if variant == "a":
+            from xai_ray.methods import get_method
+
+            logits, fused = capture.forward_with_attention(model, {"input_ids": ids, "attention_mask": mask})
+            fused = fused.numpy()  # (B, L, n, n)
+            for method in (get_method("raw"), get_method("rollout")):
+                for doc in fused:
+                    method.attribute(doc)
+        else:
+            model(input_ids=ids, attention_mask=mask)
+    return {"seconds": time.perf_counter() - start, "rss_before_kb": before}
+
+
+def run_e2e(model_name: str, data: str, n: int, max_length: int) -> dict:
+    with tempfile.TemporaryDirectory() as store:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "xai_ray.cli", "run", "--data", data, "--limit", str(n), "--model",
+                        model_name, "--max-length", str(max_length), "--store", store, "--no-report"],
+                       check=True, capture_output=True)
+        return {"seconds": time.perf_counter() - start}
+
+
+def child(args) -> None:
+    if args.memory:
+        result = run_memory(args.variant)
+    elif args.variant == "e":
+        result = run_e2e(args.model, args.data, args.n, args.max_length)
+    else:
+        result = run_variant(args.variant, args.model, args.data, args.n, args.max_length)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))
+
+
+def spawn(args, variant: str, n: int) -> dict:
+    cmd = [sys.executable, __file__, args.model, args.data, str(n), "--max-length", str(args.max_length),
+           "--variant", variant] + (["--memory"] if args.memory else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", nargs="?", default="minilm")
+    parser.add_argument("data", nargs="?", default=str(ROOT.parent / "shared/data/imdb/train.parquet"))
+    parser.add_argument("n", nargs="?", type=int, default=500)
+    parser.add_argument("--max-length", type=int, default=512)
+    parser.add_argument("--e2e-n", type=int, default=2000)
+    parser.add_argument("--skip", default="", help="variants to leave out, e.g. 'de'")
+    parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant:
+        return child(args)
+    if args.memory:
+        a, b = spawn(args, "a", 0), spawn(args, "b", 0)
+        print(f"batch 32 x 512, random 12-layer/12-head/768 BERT: peak RSS (a) capture+raw+rollout "
+              f"{a['peak_rss_mb']:.0f} MB, (b) SDPA forward {b['peak_rss_mb']:.0f} MB, ratio a/b "
+              f"{a['peak_rss_mb'] / b['peak_rss_mb']:.2f} (target <= 1.5); seconds a {a['seconds']:.1f}, b {b['seconds']:.1f}")
+        return
+    names = {"a": "(a) xai-ray scoring (raw+rollout)", "b": "(b) bare forward, SDPA", "c": "(c) eager + output_attentions",
+             "d": "(d) one at a time + rollout", "e": f"(e) whole xai-ray run ({args.e2e_n} docs)"}
+    rates = {}
+    print(f"model {args.model}, {args.n} IMDB reviews, max length {args.max_length}, {os.cpu_count()} CPUs")
+    print(f"{'variant':<40}{'docs/s':>9}{'seconds':>9}{'peak MB':>9}")
+    for v in "abcde":
+        if v in args.skip:
+            continue
+        n = args.e2e_n if v == "e" else args.n
+        result = spawn(args, v, n)
+        rates[v] = n / result["seconds"]
+        print(f"{names[v]:<40}{rates[v]:>9.2f}{result['seconds']:>9.1f}{result['peak_rss_mb']:>9.0f}", flush=True)
+    for top, bottom, target in (("a", "b", ">= 0.6 (goal 0.75)"), ("a", "c", ">= 1.2"), ("a", "d", ">= 2 on CPU"),
+                                ("e", "a", ">= 0.8")):
+        if top in rates and bottom in rates:
+            print(f"ratio {top}/{bottom}: {rates[top] / rates[bottom]:.2f}   target {target}")
+
+
+if __name__ == "__main__":
+    main()
