@@ -35,7 +35,10 @@ def texts_for(data: str, n: int) -> tuple[list[str], list[str]]:
     return corpus.doc_id.tolist(), corpus.text.tolist()
 
 
-def batches(tokenizer, texts, max_length, budget=8192):
+BUDGET = int(os.environ.get("XAI_BENCH_BUDGET", "8192"))
+
+
+def batches(tokenizer, texts, max_length, budget=BUDGET):
     """Length-sorted batches under a padded-token budget, the same for every variant."""
     lengths = [len(x) for x in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
     order = sorted(range(len(texts)), key=lambda i: -lengths[i])
@@ -59,7 +62,7 @@ def run_variant(variant: str, model_name: str, data: str, n: int, max_length: in
         from xai_ray.scoring import Scorer
 
         scorer = Scorer({"model": model_name, "max_length": max_length, "methods": ["raw", "rollout"],
-                         "cpus_per_actor": os.cpu_count()})
+                         "cpus_per_actor": os.cpu_count(), "max_tokens_per_batch": BUDGET})
         start = time.perf_counter()
         scorer({"doc_id": ids, "text": texts, "label": [None] * len(ids)})
         return {"seconds": time.perf_counter() - start}

@@ -92,7 +92,9 @@ def test_scorer_loads_each_family(family, scorer_factory):
 
 def test_batch_equals_single(family, scorer_factory):
     scorer = scorer_factory(family)
+    fallbacks = scorer.fallbacks
     batch = score(scorer, TEXTS)
+    assert scorer.fallbacks == fallbacks, "the padded batch failed and was re-scored one document at a time"
     lengths = {row["n_tokens"] for row in batch.values()}
     assert len(lengths) == len(TEXTS), "texts should have different lengths so the batch is padded"
     for i, text in enumerate(TEXTS):
@@ -113,7 +115,9 @@ def test_batch_equals_single(family, scorer_factory):
 def test_batch_equals_single_with_discard_and_max_fusion(family, scorer_factory):
     # Discarding ranks columns per row: padding columns must neither be kept nor counted as dropped.
     scorer = scorer_factory(family, head_fusion="max", discard_ratio=0.4, residual="add", start_layer=2)
+    fallbacks = scorer.fallbacks
     batch = score(scorer, TEXTS)
+    assert scorer.fallbacks == fallbacks, "the padded batch failed and was re-scored one document at a time"
     for i, text in enumerate(TEXTS):
         alone = score(scorer, [text], labels=[i % 2])["d0"]
         together = batch[f"d{i}"]
@@ -223,3 +227,18 @@ def test_probs_are_a_distribution(family, scorer_factory):
         assert probs.shape == (2,)
         assert probs.sum() == pytest.approx(1.0, abs=1e-5)
         assert row["pred"] == int(probs.argmax())
+
+
+def test_capture_in_small_row_blocks_equals_one_block(scorer_factory, monkeypatch):
+    """Long documents are captured in blocks of query rows; block edges must not change a score."""
+    import xai_ray.capture as capture
+
+    scorer = scorer_factory("bert")
+    whole = score(scorer, TEXTS)
+    monkeypatch.setattr(capture, "BLOCK_BYTES", 400)  # blocks of 2-5 rows for these lengths
+    fallbacks = scorer.fallbacks
+    blocked = score(scorer, TEXTS)
+    assert scorer.fallbacks == fallbacks
+    for doc_id, row in whole.items():
+        for method in METHODS:
+            np.testing.assert_allclose(rows_to_scores(blocked[doc_id], method), rows_to_scores(row, method), atol=1e-6)

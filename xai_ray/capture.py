@@ -2,10 +2,10 @@
 
 Asking transformers for ``output_attentions`` keeps every layer's (B, H, n, n) attention alive
 and forces the eager path. Instead we register an attention function of our own
-("xai_capture") through transformers' AttentionInterface: it computes each layer's attention in
-chunks of heads, fuses the heads at once into a running (B, n, n) matrix, and lets the per-head
-probabilities die with the chunk. Peak memory then no longer grows with heads, and only the
-fused matrices of the L layers leave the forward pass.
+("xai_capture") through transformers' AttentionInterface: the layer's output comes from fused
+SDPA as in a plain forward pass, and the head-fused attention is computed beside it in small
+blocks whose per-head probabilities die at once. Peak memory then no longer grows with heads,
+and only the fused matrices of the L layers leave the forward pass.
 
 A custom attention name also needs a mask function registered (AttentionMaskInterface):
 without one transformers passes no mask and padding would be silently attended.
@@ -21,7 +21,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 CAPTURE = "xai_capture"
-CHUNK_BYTES = 64 * 2**20  # per-head scores held at once, per layer
+BLOCK_BYTES = 4 * 2**20  # per-head scores of one block of query rows: about a cache's worth
 
 _active: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar("xai_ray_capture", default=None)
 
@@ -58,14 +58,6 @@ def _fuse_partial(attn, fusion, discard_ratio, lengths) -> torch.Tensor:
     raise ValueError(f"head fusion must be mean, max or min; got {fusion!r}")
 
 
-def _merge(total, partial, fusion):
-    if total is None:
-        return partial
-    if fusion == "mean":
-        return total.add_(partial)
-    return torch.maximum(total, partial) if fusion == "max" else torch.minimum(total, partial)
-
-
 def _finish(total, n_heads, fusion, discard_ratio):
     if fusion == "mean":
         total = total / n_heads
@@ -95,30 +87,39 @@ def _discard_lowest(attn: torch.Tensor, ratio: float, lengths: torch.Tensor | No
 
 
 def capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Drop-in attention: same output as eager attention; records the head-fused probabilities.
+    """Drop-in attention: fused SDPA for the output, plus the head-fused probabilities on the side.
 
     query/key/value: (B, H, n, d). Returns ((B, n, H, d) output, None).
+    The probabilities are recomputed per document over its real tokens only (no mask to add,
+    no padding work) in blocks of query rows small enough to stay in cache: that second
+    QK^T + softmax is the whole price of explaining, so it is kept lean.
     """
-    collector = _active.get()
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    batch, heads, n, _ = query.shape
-    step = max(1, min(heads, CHUNK_BYTES // max(1, batch * n * n * 4)))
-    outputs, fused = [], None
-    for start in range(0, heads, step):
-        part = slice(start, start + step)
-        scores = torch.matmul(query[:, part], key[:, part].transpose(2, 3)) * scaling  # (B, h, n, n)
-        if attention_mask is not None:
-            scores = scores + attention_mask
-        probs = torch.softmax(scores.float(), dim=-1)  # (B, h, n, n) fp32 for exact sums
-        outputs.append(torch.matmul(probs.to(value.dtype), value[:, part]))  # (B, h, n, d)
-        if collector is not None:
-            partial = _fuse_partial(probs, collector.fusion, collector.discard_ratio, collector.lengths)
-            fused = _merge(fused, partial, collector.fusion)
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=scaling)  # (B, H, n, d)
+    collector = _active.get()
     if collector is not None:
-        collector.layers.append(_finish(fused, heads, collector.fusion, collector.discard_ratio))
-    output = torch.cat(outputs, dim=1) if len(outputs) > 1 else outputs[0]  # (B, H, n, d)
+        collector.layers.append(_fused_probabilities(query, key, scaling, collector))
     return output.transpose(1, 2).contiguous(), None
+
+
+def _fused_probabilities(query, key, scaling, collector) -> torch.Tensor:
+    batch, heads, n, _ = query.shape
+    fused = torch.zeros(batch, n, n, dtype=torch.float32, device=query.device)  # (B, n, n)
+    for b, length in enumerate(collector.lengths.tolist()):
+        q = query[b, :, :length].float() * scaling  # (H, m, d)
+        k_t = key[b, :, :length].float().transpose(1, 2)  # (H, d, m)
+        rows = max(1, BLOCK_BYTES // max(1, heads * length * 4))
+        for start in range(0, length, rows):
+            stop = min(start + rows, length)
+            probs = torch.matmul(q[:, start:stop], k_t).softmax(dim=-1)  # (H, r, m)
+            if collector.discard_ratio > 0:
+                probs = _discard_lowest(probs[None], collector.discard_ratio,
+                                        torch.tensor([length], device=probs.device))[0]
+            partial = _fuse_partial(probs[None], collector.fusion, 0.0, None)[0]  # (r, m)
+            fused[b, start:stop, :length] = _finish(partial, heads, collector.fusion, collector.discard_ratio)
+    return fused
 
 
 AttentionInterface.register(CAPTURE, capture_attention)

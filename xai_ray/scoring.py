@@ -8,6 +8,7 @@ and directly in a notebook or test: it knows nothing of Ray.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
@@ -16,6 +17,8 @@ import pyarrow as pa
 
 from xai_ray.methods import AttentionOptions, get_method
 from xai_ray.words import merge_scores, normalise, word_index, word_texts
+
+log = logging.getLogger("xai_ray.scoring")
 
 ROW_FIELDS = [
     pa.field("doc_id", pa.string()),
@@ -79,6 +82,7 @@ class Scorer:
         self.methods = {name: get_method(name, options) for name in config["methods"]}
         self.schema = row_schema(list(self.methods))
         self.pid = os.getpid()
+        self.fallbacks = 0  # batches that had to be re-scored one document at a time
 
     def __call__(self, batch: dict) -> pa.Table:
         ids = [str(x) for x in batch["doc_id"]]
@@ -94,8 +98,11 @@ class Scorer:
         for group in self._groups(texts, good):
             try:
                 rows.extend(self._score(ids, texts, labels, group))
-            except Exception:
+            except Exception as err:
                 # One bad document must not sink its batch: score the rest one at a time.
+                self.fallbacks += 1
+                log.warning("batch of %d failed (%s: %s); scoring its documents one at a time",
+                            len(group), type(err).__name__, err)
                 for i in group:
                     try:
                         rows.extend(self._score(ids, texts, labels, [i]))
