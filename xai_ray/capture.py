@@ -21,6 +21,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 CAPTURE = "xai_capture"
+SDPA_OUTPUT = False  # True: layer output from fused SDPA, probabilities computed beside it
 BLOCK_BYTES = 4 * 2**20  # per-head scores of one block of query rows: about a cache's worth
 
 _active: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar("xai_ray_capture", default=None)
@@ -87,38 +88,56 @@ def _discard_lowest(attn: torch.Tensor, ratio: float, lengths: torch.Tensor | No
 
 
 def capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Drop-in attention: fused SDPA for the output, plus the head-fused probabilities on the side.
+    """Drop-in attention that also records the head-fused probabilities.
 
     query/key/value: (B, H, n, d). Returns ((B, n, H, d) output, None).
-    The probabilities are recomputed per document over its real tokens only (no mask to add,
-    no padding work) in blocks of query rows small enough to stay in cache: that second
-    QK^T + softmax is the whole price of explaining, so it is kept lean.
+    While capturing, attention runs per document over its real tokens only (no mask to add, no
+    padding work) in blocks of query rows small enough to stay in cache; each block's per-head
+    probabilities give both the output rows (P @ V) and the fused rows, then die. Outside a
+    capture it is plain fused SDPA.
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    output = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=scaling)  # (B, H, n, d)
     collector = _active.get()
+    if collector is None or SDPA_OUTPUT:  # a plain forward pass (no capture asked): fused SDPA
+        output = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=scaling)  # (B, H, n, d)
     if collector is not None:
-        collector.layers.append(_fused_probabilities(query, key, scaling, collector))
+        if not SDPA_OUTPUT:
+            output = torch.zeros_like(query)  # (B, H, n, d): padded query rows stay 0, nothing reads them
+        with torch.autocast(query.device.type, enabled=False):  # probabilities stay fp32 under autocast
+            fused = _attend_and_fuse(query, key, value, scaling, collector, None if SDPA_OUTPUT else output)
+        collector.layers.append(fused)
     return output.transpose(1, 2).contiguous(), None
 
 
-def _fused_probabilities(query, key, scaling, collector) -> torch.Tensor:
+def _attend_and_fuse(query, key, value, scaling, collector, output) -> torch.Tensor:
+    """Attention per document over its real tokens, in blocks of query rows: writes the layer's
+    output into ``output`` and returns the head-fused probabilities (B, n, n)."""
     batch, heads, n, _ = query.shape
     fused = torch.zeros(batch, n, n, dtype=torch.float32, device=query.device)  # (B, n, n)
+    plain_mean = collector.fusion == "mean" and collector.discard_ratio == 0
     for b, length in enumerate(collector.lengths.tolist()):
         q = query[b, :, :length].float() * scaling  # (H, m, d)
         k_t = key[b, :, :length].float().transpose(1, 2)  # (H, d, m)
+        v = value[b, :, :length].float()  # (H, m, d)
         rows = max(1, BLOCK_BYTES // max(1, heads * length * 4))
         for start in range(0, length, rows):
             stop = min(start + rows, length)
             probs = torch.matmul(q[:, start:stop], k_t).softmax(dim=-1)  # (H, r, m)
+            if output is not None:
+                output[b, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (H, r, d)
+            target = fused[b, start:stop, :length]  # (r, m) view
+            if plain_mean:
+                torch.sum(probs, dim=0, out=target)  # divided by H once, below
+                continue
             if collector.discard_ratio > 0:
                 probs = _discard_lowest(probs[None], collector.discard_ratio,
                                         torch.tensor([length], device=probs.device))[0]
             partial = _fuse_partial(probs[None], collector.fusion, 0.0, None)[0]  # (r, m)
-            fused[b, start:stop, :length] = _finish(partial, heads, collector.fusion, collector.discard_ratio)
+            target.copy_(_finish(partial, heads, collector.fusion, collector.discard_ratio))
+    if plain_mean:
+        fused /= heads
     return fused
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import altair as alt
 import pandas as pd
 
@@ -95,3 +97,95 @@ def confusion(counts: pd.DataFrame, labels: dict) -> alt.Chart:
     cells = base.mark_rect().encode(color=alt.Color("documents:Q", scale=alt.Scale(scheme="greens")))
     text = base.mark_text(fontSize=13).encode(text="documents:Q")
     return (cells + text).properties(width=200, height=160, title="Confusion matrix")
+
+
+def topk_explorer(top: pd.DataFrame, default_method: str, default_layer: int, min_count: int,
+                  title: str) -> alt.LayerChart:
+    """Top-k words of one slice at a time, picked with a method menu, a layer slider, a predicted-
+    class radio and a minimum-count slider; the default view (main method, last layer, all
+    reviews) reads without touching anything.
+
+    top: columns method, layer, group ('all' or a class name), word, mean_score, occurrences,
+    documents; the top k of every method x layer x group (already cut at ``min_count``).
+    """
+    layers = sorted(int(v) for v in top["layer"].unique())
+    method = alt.param(name="pick_method", value=default_method,
+                       bind=alt.binding_select(options=sorted(top["method"].unique()), name="method "))
+    layer = alt.param(name="pick_layer", value=int(default_layer),
+                      bind=alt.binding_range(min=layers[0], max=layers[-1], step=1, name="layer "))
+    groups = ["all", *sorted(g for g in top["group"].unique() if g != "all")]
+    group = alt.param(name="pick_class", value="all", bind=alt.binding_radio(options=groups, name="predicted class "))
+    # Raising the bar hides rare words inside each slice's top k (the query already cut at min_count).
+    most = int(max(min_count, top["occurrences"].max())) if len(top) else min_count
+    least = alt.param(name="pick_min", value=int(min_count),
+                      bind=alt.binding_range(min=int(min_count), max=most, step=1, name="minimum occurrences "))
+    base = (
+        alt.Chart(top)
+        .transform_filter((alt.datum.method == method) & (alt.datum.layer == layer)
+                          & (alt.datum.group == group) & (alt.datum.occurrences >= least))
+        .transform_calculate(label="format(datum.mean_score, '.3f') + '  (' + datum.occurrences + 'x)'")
+        .encode(
+            # op=max: layered charts union their sorts, which Vega allows only for min/max/count.
+            y=alt.Y("word:N", sort=alt.EncodingSortField("mean_score", op="max", order="descending"), title=None),
+            x=alt.X("mean_score:Q", title="mean normalised score"),
+            tooltip=["method:N", "layer:O", "group:N", "word:N", alt.Tooltip("mean_score:Q", format=".4f"),
+                     "occurrences:Q", "documents:Q"],
+        )
+    )
+    bars = base.mark_bar(color="#4c78a8")
+    labels = base.mark_text(align="left", dx=3, fontSize=10).encode(text="label:N")
+    # The title names the slice on show, so a screenshot or an exported PNG says what it is.
+    shown = alt.ExprRef(expr=f"{json.dumps(title)} + ': ' + pick_method + ', layer ' + pick_layer + ', '"
+                             " + (pick_class == 'all' ? 'all reviews' : 'predicted ' + pick_class)"
+                             " + ', seen >= ' + pick_min + 'x'")
+    return alt.layer(bars, labels).add_params(method, layer, group, least).properties(
+        width=WIDTH, height=alt.Step(16), title=alt.TitleParams(shown))
+
+
+def contrast_bars(contrast: pd.DataFrame, positive: str, negative: str, title: str) -> alt.Chart:
+    """Diverging bars: mean score in reviews predicted ``positive`` minus in those predicted
+    ``negative``; words to the right weigh more in positive predictions.
+
+    contrast: columns side ('positive' | 'negative'), word, difference, mean_pos, mean_neg,
+    occurrences_pos, occurrences_neg.
+    """
+    order = contrast.sort_values("difference", ascending=False)["word"].tolist()
+    return (
+        alt.Chart(contrast)
+        .mark_bar()
+        .encode(
+            y=alt.Y("word:N", sort=order, title=None),
+            x=alt.X("difference:Q", title=f"mean score when predicted {positive} - when predicted {negative}"),
+            color=alt.Color("side:N", scale=alt.Scale(domain=["positive", "negative"], range=["#2f7ebc", "#d6604d"]),
+                            legend=alt.Legend(title="weighs more when predicted",
+                                              labelExpr=f"datum.label == 'positive' ? {positive!r} : {negative!r}")),
+            tooltip=["word:N", alt.Tooltip("difference:Q", format="+.4f"),
+                     alt.Tooltip("mean_pos:Q", format=".4f", title=f"mean score, predicted {positive}"),
+                     alt.Tooltip("mean_neg:Q", format=".4f", title=f"mean score, predicted {negative}"),
+                     "occurrences_pos:Q", "occurrences_neg:Q"],
+        )
+        .properties(width=WIDTH, height=alt.Step(14), title=title)
+    )
+
+
+def agreement_histogram(agreement: pd.DataFrame, title: str) -> alt.FacetChart:
+    """Per-document Spearman correlation between two methods, one histogram per method pair,
+    with the median as a dashed rule.
+
+    agreement: columns pair, bin_lo, bin_hi, documents, median_rho (pre-binned: one row per bin).
+    """
+    bars = alt.Chart().mark_bar(color="#72b7b2").encode(
+        x=alt.X("bin_lo:Q", bin="binned", scale=alt.Scale(domain=[-1, 1]), title="Spearman rho per review"),
+        x2="bin_hi:Q",
+        y=alt.Y("documents:Q", title="reviews"),
+        tooltip=["pair:N", alt.Tooltip("bin_lo:Q", format=".2f", title="from"),
+                 alt.Tooltip("bin_hi:Q", format=".2f", title="to"), "documents:Q"],
+    )
+    median = alt.Chart().mark_rule(color="#333", strokeDash=[4, 3]).encode(
+        x=alt.X("max(median_rho):Q"), tooltip=[alt.Tooltip("max(median_rho):Q", format=".3f", title="median rho")])
+    return (
+        alt.layer(bars, median, data=agreement)
+        .properties(width=220, height=150)
+        .facet(column=alt.Column("pair:N", title=None))
+        .properties(title=title)
+    )

@@ -63,7 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--store", default="store")
     rep.add_argument("--run", dest="run_id")
     rep.add_argument("--out", required=True)
-    rep.add_argument("--k", type=int, default=20)
+    rep.add_argument("--k", type=int, help="words per top-k chart (default: the definition's k, 20)")
+    rep.add_argument("--definition", help="report definition YAML (default: reports/default.yaml)")
+    rep.add_argument("--format", choices=["html", "png", "svg"], default="html",
+                     help="png/svg: also write every chart as an image file into --charts-dir")
+    rep.add_argument("--charts-dir", dest="charts_dir", help="default: <out without .html>-charts/")
     return parser
 
 
@@ -113,9 +117,19 @@ def cmd_topk(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from pathlib import Path
+
     from xai_ray.report import build_report
 
-    print(build_report(args.store, args.run_id, args.out, k=args.k))
+    if args.format == "html" and args.charts_dir:
+        raise ConfigError("--charts-dir needs --format png or svg")
+    charts_dir = None
+    if args.format != "html":  # the charts as image files too, next to the report unless told where
+        charts_dir = Path(args.charts_dir or Path(args.out).with_suffix("").as_posix() + "-charts")
+    print(build_report(args.store, args.run_id, args.out, k=args.k, definition=args.definition,
+                       charts_dir=charts_dir, fmt=args.format))
+    if charts_dir is not None:
+        print(f"charts: {charts_dir}")
     return 0
 
 

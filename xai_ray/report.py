@@ -1,96 +1,154 @@
 """One self-contained HTML report of a run: DuckDB aggregates in, Altair charts out.
 
 Vega, Vega-Lite and vega-embed are inlined (from vl-convert), so the file opens with no
-network. Charts are built from aggregates only, so the file's size does not grow with the
-corpus. Every piece of text from the data is escaped: a review is data, never markup.
+network. Charts are built from aggregates only (top-k per slice, histograms, a few example
+reviews), so the file's size does not grow with the corpus. Every piece of text from the data
+is escaped: a review is data, never markup. What the report shows is read from a report
+definition (``reports/default.yaml``; ``--definition PATH``); the sections themselves live in
+``report_sections``. ``export_charts`` writes the same charts as PNG or SVG files for slides.
 """
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 import os
 from pathlib import Path
 
-import pandas as pd
+import yaml
 
-from xai_ray import charts
-from xai_ray.query import open_store, pick_run, run_named, topk
+from xai_ray.config import ConfigError
+from xai_ray.query import open_store, pick_run, run_named
+from xai_ray.report_sections import BUILDERS, Context, Fragment, Section
 
-EXAMPLE_MIN_TOKENS = 20
-CURVE_WORDS = 4
+DEFAULT_DEFINITION = Path(__file__).resolve().parents[1] / "reports" / "default.yaml"
+# The same values as reports/default.yaml (a test keeps them equal), for installs without it.
+DEFAULTS = {
+    "k": 20,
+    "min_count": "auto",
+    "main_method": "auto",
+    "sections": list(BUILDERS),
+    "examples": {"min_tokens": 20, "pick": "shortest", "max_words": 60},
+    "highlight": {"methods": ["raw", "rollout", "flow"], "layer": "last"},
+    "agreement": {"bins": 20, "max_docs": 2000},
+}
+FORMATS = ("png", "svg")
 
 
-def build_report(store: str | Path, run_id: str | None, out: str | Path, k: int = 20) -> Path:
-    """Write the report of ``run_id`` (default: newest run) to ``out``; returns its path."""
+def load_definition(path: str | Path | None = None) -> dict:
+    """The report definition at ``path`` (default: reports/default.yaml) over ``DEFAULTS``, checked."""
+    definition = copy.deepcopy(DEFAULTS)
+    source = Path(path) if path else DEFAULT_DEFINITION
+    if path and not source.is_file():
+        raise ConfigError(f"report definition {str(path)!r} does not exist")
+    given = (yaml.safe_load(source.read_text()) or {}) if source.is_file() else {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"report definition {str(source)!r} must be a mapping of keys to values")
+    for key, value in given.items():
+        if key not in DEFAULTS:
+            raise ConfigError(f"report definition: unknown key {key!r}; known: {', '.join(DEFAULTS)}")
+        if isinstance(DEFAULTS[key], dict):
+            if not isinstance(value, dict) or set(value) - set(DEFAULTS[key]):
+                raise ConfigError(f"report definition: {key!r} takes the keys {', '.join(DEFAULTS[key])}")
+            definition[key].update(value)
+        else:
+            definition[key] = value
+    _check(definition)
+    return definition
+
+
+def _check(d: dict) -> None:
+    unknown = [s for s in d["sections"] if s not in BUILDERS]
+    if unknown:
+        raise ConfigError(f"report definition: unknown sections {unknown}; known: {', '.join(BUILDERS)}")
+    if not (isinstance(d["k"], int) and d["k"] >= 1):
+        raise ConfigError("report definition: k must be a positive integer")
+    if d["min_count"] != "auto" and not (isinstance(d["min_count"], int) and d["min_count"] >= 1):
+        raise ConfigError("report definition: min_count must be 'auto' or a positive integer")
+    if d["examples"]["pick"] not in ("shortest", "confident"):
+        raise ConfigError("report definition: examples.pick must be 'shortest' or 'confident'")
+    if d["highlight"]["layer"] != "last" and not isinstance(d["highlight"]["layer"], int):
+        raise ConfigError("report definition: highlight.layer must be 'last' or a layer number")
+
+
+def context(store: str | Path, run_id: str | None, definition: dict, k: int | None = None) -> Context:
+    """Open the store, pick the run and settle k, min_count and the main method."""
     con = open_store(store)
     run = pick_run(con, run_id)
-    run_id = run["run_id"]
     manifest = json.loads(run["manifest"])
-    labels = {int(key): value for key, value in manifest["model"].get("labels", {}).items()}
+    summary = run_named(con, "summary", run_id=run["run_id"]).iloc[0].to_dict()
     methods = run["methods"].split(",")
-    main_method = "rollout" if "rollout" in methods else methods[0]
-    layer = int(run["n_layers"])
-    summary = run_named(con, "summary", run_id=run_id).iloc[0].to_dict()
+    main = definition["main_method"]
+    if main == "auto":
+        main = "rollout" if "rollout" in methods else methods[0]
+    elif main not in methods:
+        raise ConfigError(f"report definition: main_method {main!r} is not in the run's methods {methods}")
+    min_count = definition["min_count"]
+    if min_count == "auto":  # words seen once or twice dominate a mean; ask for more on big corpora
+        min_count = int(min(max(summary["n_docs"] // 20, 2), 20))
+    labels = {int(key): value for key, value in manifest.get("model", {}).get("labels", {}).items()}
+    return Context(con=con, run=run, manifest=manifest, summary=summary, definition=definition, labels=labels,
+                   methods=methods, main_method=main, last_layer=int(run["n_layers"]),
+                   k=int(k or definition["k"]), min_count=int(min_count))
 
-    # Words seen once or twice dominate a mean; ask for a few occurrences, more on big corpora.
-    min_count = int(min(max(summary["n_docs"] // 20, 2), 20))
-    sections: list[tuple[str, str, list]] = []
-    headline = topk(con, run_id, main_method, layer, k=k, min_count=min_count)
-    subtitle = [
-        f"Average positive probability: {summary['mean_prob_pos']:.2f}, "
-        f"average negative probability: {summary['mean_prob_neg']:.2f}",
-        f"Overall accuracy: {_percent(summary['accuracy'])} over {int(summary['n_labelled'])} labelled reviews",
-    ]
-    sections.append(("Top words across all reviews", "", [charts.topk_bar(
-        headline, f"Top {k} important words across all samples ({main_method}, layer {layer})", subtitle)]))
 
-    per_method = pd.concat([topk(con, run_id, m, layer, k=k, min_count=min_count).assign(method=m) for m in methods])
-    sections.append(("Top words per method", f"Layer {layer}; words seen at least {min_count} times; "
-                     "special tokens excluded, scores renormalised.",
-                     [charts.topk_facets(per_method, "method", f"Top {k} words per method (layer {layer})")]))
+def build_sections(ctx: Context) -> list[Section]:
+    """The definition's sections in order, skipping those whose data the run lacks."""
+    return [section for name in ctx.definition["sections"] if (section := BUILDERS[name](ctx)) is not None]
 
-    by_pred = topk(con, run_id, main_method, layer, k=k, by="pred", min_count=min_count)
-    by_pred["predicted"] = by_pred["group"].map(lambda g: labels.get(int(g), g) if str(g).isdigit() else g)
-    sections.append(("Top words per predicted class", "", [
-        charts.topk_facets(by_pred, "predicted", f"Top {k} words per predicted class ({main_method})")]))
 
-    confusion = run_named(con, "confusion", run_id=run_id)
-    if not confusion.empty:
-        sections.append(("Predictions", "", [charts.confusion(confusion, labels)]))
-
-    examples = run_named(con, "examples", run_id=run_id, min_tokens=EXAMPLE_MIN_TOKENS)
-    example_charts = []
-    for example in examples.itertuples():
-        words = run_named(con, "layer_words", run_id=run_id, doc_id=example.doc_id)
-        verdict = "correct" if example.correct else "wrong"
-        title = (f"Review {example.doc_id}: true {labels.get(int(example.label), example.label)}, "
-                 f"predicted {labels.get(int(example.pred), example.pred)} ({verdict}, P(pos)={example.prob_pos:.2f})")
-        example_charts.append(charts.layer_curves(_curves(words, main_method), title))
-        example_charts.append(charts.layer_heatmap(words, "Per-layer word scores, " + example.doc_id))
-    if example_charts:
-        sections.append(("Per-layer [CLS] scores on example reviews",
-                         "Raw attention fades towards uniform in deep layers; rollout keeps the signal.",
-                         example_charts))
-    page = _page(run, manifest, summary, sections)
+def build_report(store: str | Path, run_id: str | None, out: str | Path, k: int | None = None,
+                 definition: str | Path | dict | None = None, charts_dir: str | Path | None = None,
+                 fmt: str = "png") -> Path:
+    """Write the report of ``run_id`` (default: newest run) to ``out``; returns its path. With
+    ``charts_dir``, also write every chart there as ``fmt`` (png or svg) from the same queries."""
+    if not isinstance(definition, dict):
+        definition = load_definition(definition)
+    ctx = context(store, run_id, definition, k)
+    sections = build_sections(ctx)
+    page = _page(ctx, sections)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(out.name + ".tmp")
     temporary.write_text(page, encoding="utf-8")
     os.replace(temporary, out)
+    if charts_dir is not None:
+        _write_charts(sections, Path(charts_dir), fmt)
     return out
 
 
-def _curves(words: pd.DataFrame, main_method: str) -> pd.DataFrame:
-    """The review's top words by the main method's last layer, followed through every layer."""
-    last = words[(words.method == main_method) & (words.layer == words.layer.max())]
-    top_ids = last.nlargest(CURVE_WORDS, "score")["word_id"]
-    chosen = words[words.word_id.isin(top_ids)]
-    return chosen.assign(word=chosen["word_id"].map("{:03d} ".format) + chosen["word"])
+def export_charts(store: str | Path, run_id: str | None, folder: str | Path, fmt: str = "png",
+                  k: int | None = None, definition: str | Path | dict | None = None) -> list[Path]:
+    """Every chart of the report as ``NN-section[-i].png|svg`` in ``folder`` (for slides, e-mail);
+    interactive charts are drawn in their default view. Returns the files in report order."""
+    if not isinstance(definition, dict):
+        definition = load_definition(definition)
+    return _write_charts(build_sections(context(store, run_id, definition, k)), Path(folder), fmt)
 
 
-def _percent(value) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:.1%}"
+def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]:
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"chart format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    folder.mkdir(parents=True, exist_ok=True)
+    version, written, number = vl_version_for_vl_convert(), [], 0
+    for section in sections:
+        chart_items = [item for item in section.items if not isinstance(item, Fragment)]
+        for i, chart in enumerate(chart_items):
+            number += 1
+            path = folder / f"{number:02d}-{section.key}{f'-{i + 1}' if len(chart_items) > 1 else ''}.{fmt}"
+            # allowed_base_urls=[]: the specs carry their data inline, so nothing is ever fetched
+            if fmt == "png":
+                path.write_bytes(vl_convert.vegalite_to_png(chart.to_dict(), vl_version=version, scale=2,
+                                                            allowed_base_urls=[]))
+            else:
+                path.write_text(vl_convert.vegalite_to_svg(chart.to_dict(), vl_version=version,
+                                                           allowed_base_urls=[]), encoding="utf-8")
+            written.append(path)
+    return written
 
 
 def _script_json(spec: dict) -> str:
@@ -99,41 +157,46 @@ def _script_json(spec: dict) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _page(run, manifest, summary, sections) -> str:
+# Highlight shades w0..w9: orange at growing opacity, light enough for the text to stay legible.
+SHADE_CSS = "".join(f".w{i}{{background:rgba(245,133,24,{i / 9 * 0.8:.2f})}}" for i in range(10))
+STYLE = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}"
+         "table{border-collapse:collapse} th,td{text-align:left;padding:2px 12px;border-bottom:1px solid #eee}"
+         ".note{color:#666;max-width:60em} section{margin:2em 0} .chart{margin:1em 0} nav a{margin-right:1em}"
+         ".hl-grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:1.5em}"
+         ".hl p{line-height:1.7;white-space:pre-wrap} .hl span{border-radius:2px} .cut{color:#999}"
+         "h3{font-size:1em;margin-top:1.5em} h4{margin:.2em 0;color:#555}"
+         "#summary{display:flex;flex-wrap:wrap;gap:1em 4em;align-items:flex-start} #summary h2{flex-basis:100%}"
+         + SHADE_CSS)
+
+
+def _page(ctx: Context, sections: list[Section]) -> str:
     import vl_convert
     from altair.utils._importers import vl_version_for_vl_convert
 
     bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
-    facts = [
-        ("Run", run["run_id"]), ("Created", run["created_at"]), ("Model", run["model"]),
-        ("Fingerprint", (run["model_fingerprint"] or "")[:16]), ("Data", run["data"]),
-        ("Methods", run["methods"]), ("Documents", summary["n_docs"]), ("Errors", summary["n_errors"]),
-        ("Truncated", summary["n_truncated"]), ("Accuracy", _percent(summary["accuracy"])),
-        ("Mean P(positive)", f"{summary['mean_prob_pos']:.3f}"),
-        ("Seconds", manifest.get("timings", {}).get("total_s")),
-        ("Docs/s", manifest.get("timings", {}).get("docs_per_s")),
-    ]
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)
+    nav = "".join(f"<a href='#{s.key}'>{html.escape(s.title)}</a>" for s in sections)
     body, scripts, index = [], [], 0
-    for heading, note, chart_list in sections:
-        body.append(f"<section><h2>{html.escape(heading)}</h2>")
-        if note:
-            body.append(f"<p class='note'>{html.escape(note)}</p>")
-        for chart in chart_list:
+    for section in sections:
+        body.append(f"<section id='{section.key}'><h2>{html.escape(section.title)}</h2>")
+        if section.note:
+            body.append(f"<p class='note'>{html.escape(section.note)}</p>")
+        for item in section.items:
+            if isinstance(item, Fragment):
+                body.append(item.html)
+                continue
             body.append(f"<div class='chart' id='chart-{index}'></div>")
-            scripts.append(f"vegaEmbed('#chart-{index}', {_script_json(chart.to_dict())}, "
+            scripts.append(f"vegaEmbed('#chart-{index}', {_script_json(item.to_dict())}, "
                            "{actions: false, renderer: 'svg'}).catch(showError);")
             index += 1
         body.append("</section>")
+    title = html.escape(f"xai-ray report {ctx.run_id}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:">
-<title>xai-ray report {html.escape(str(run['run_id']))}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}} table{{border-collapse:collapse}}
-th,td{{text-align:left;padding:2px 12px;border-bottom:1px solid #eee}} .note{{color:#666}}
-section{{margin:2em 0}} .chart{{margin:1em 0}}</style>
+<title>{title}</title>
+<style>{STYLE}</style>
 <script>{bundle}</script></head>
-<body><h1>xai-ray report</h1><table class="facts">{rows}</table>
+<body><h1>{title}</h1><nav>{nav}</nav>
 {''.join(body)}
 <script>
 function showError(err) {{ console.error(err); }}

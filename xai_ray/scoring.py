@@ -144,10 +144,17 @@ class Scorer:
             return_tensors="pt",
         )
         offsets = encoding.pop("offset_mapping").tolist()
-        model_inputs = {k: v.to(self.device) for k, v in encoding.items()}
-        logits, fused = forward_with_attention(
-            self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio
-        )
+        if self.device == "cuda":
+            # Pinned host memory lets the copy overlap; bf16 matmuls, while capture keeps the
+            # probabilities and their fusion in fp32 (rollout multiplies them L times).
+            model_inputs = {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in encoding.items()}
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits, fused = forward_with_attention(
+                    self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio)
+        else:
+            model_inputs = dict(encoding)
+            logits, fused = forward_with_attention(
+                self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio)
         probs = torch.softmax(logits, dim=-1).cpu().numpy()  # (B, C)
         fused = fused.cpu().numpy()  # (B, L, N, N)
         lengths = encoding["attention_mask"].sum(dim=1).tolist()
