@@ -1,0 +1,158 @@
+"""Config precedence and validation, corpus readers, and the one-sentence errors users see."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pandas as pd
+import pytest
+
+from xai_ray import cli
+from xai_ray.config import ConfigError, resolve
+from xai_ray.corpus import CorpusError, clean_text, read_corpus
+from xai_ray.model import ModelError, load_model
+
+ROWS = [
+    {"id": "a", "text": "Great<br />film.", "label": 1},
+    {"id": "b", "text": "Awful <BR> acting", "label": 0},
+    {"id": "c", "text": "Fine", "label": 1},
+]
+
+
+def test_precedence_defaults_yaml_flags_set(tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("model: minilm\nmax_length: 128\nbatch_size: 8\nmethods: [raw]\n")
+    cfg = resolve(config, {"max_length": 64, "batch_size": None}, ["batch_size=4", "residual=add"])
+    assert cfg.model == "minilm"  # from YAML
+    assert cfg.max_length == 64  # flag beats YAML
+    assert cfg.batch_size == 4  # --set beats YAML; a None flag is "not given"
+    assert cfg.residual == "add" and cfg.methods == ("raw",)
+    assert cfg.split == "test"  # default
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["methods=raw,nope"], "unknown method 'nope'"),
+        (["residul=add"], "did you mean 'residual'"),
+        (["residual=twice"], "residual must be one of"),
+        (["discard_ratio=1.5"], "discard_ratio must be in [0, 1)"),
+        (["max_length=2"], "max_length"),
+        (["run_id=../escape"], "run_id"),
+        (["nonsense"], "--set expects key=value"),
+    ],
+)
+def test_bad_config_values_are_named(sets, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[").replace(")", r"\)")):
+        resolve(None, {}, sets)
+
+
+def test_clean_text_turns_html_breaks_into_spaces_only():
+    assert clean_text("a<br />b<BR>c<br/>d") == "a b c d"
+    assert clean_text("<script>x</script>") == "<script>x</script>"  # other markup stays data
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv", "jsonl", "folder"])
+def test_readers_give_the_same_rows(tmp_path, kind):
+    frame = pd.DataFrame(ROWS)
+    if kind == "parquet":
+        source = tmp_path / "c.parquet"
+        frame.to_parquet(source)
+    elif kind == "csv":
+        source = tmp_path / "c.csv"
+        frame.to_csv(source, index=False)
+    elif kind == "jsonl":
+        source = tmp_path / "c.jsonl"
+        frame.to_json(source, orient="records", lines=True)
+    else:
+        source = tmp_path / "parts"
+        source.mkdir()
+        frame.iloc[:2].to_parquet(source / "p0.parquet")
+        frame.iloc[2:].to_parquet(source / "p1.parquet")
+    got = read_corpus(str(source))
+    assert got.doc_id.tolist() == ["a", "b", "c"]
+    assert got.text.tolist() == ["Great film.", "Awful   acting", "Fine"]
+    assert got.label.tolist() == [1, 0, 1]
+
+
+def _aclimdb_files():
+    return {"aclImdb/train/pos/7_9.txt": "Loved it<br />truly", "aclImdb/train/neg/3_2.txt": "Hated it",
+            "aclImdb/test/pos/1_8.txt": "Other split", "aclImdb/train/unsup/5_0.txt": "No label"}
+
+
+def test_aclimdb_folder_and_tarball(tmp_path):
+    folder = tmp_path / "dl"
+    for name, text in _aclimdb_files().items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    archive = tmp_path / "aclImdb_v1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, text in _aclimdb_files().items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    for source in (folder, folder / "aclImdb", archive):
+        got = read_corpus(str(source), split="train").sort_values("doc_id")
+        assert got.doc_id.tolist() == ["train_neg_3", "train_pos_7"]
+        assert got.label.tolist() == [0, 1]
+        assert got.text.tolist() == ["Hated it", "Loved it truly"]
+
+
+def test_limit_is_a_seeded_sample_in_source_order(tmp_path):
+    source = tmp_path / "c.parquet"
+    pd.DataFrame({"id": [f"d{i:03d}" for i in range(100)], "text": ["t"] * 100, "label": [0] * 50 + [1] * 50}
+                 ).to_parquet(source)
+    first = read_corpus(str(source), limit=10, seed=3)
+    assert first.doc_id.tolist() == read_corpus(str(source), limit=10, seed=3).doc_id.tolist()
+    assert first.doc_id.tolist() == sorted(first.doc_id)
+    assert first.label.nunique() == 2  # not just the first rows, which are all one class
+
+
+def test_missing_columns_and_files_are_one_sentence(tmp_path):
+    source = tmp_path / "c.csv"
+    pd.DataFrame({"review": ["x"]}).to_csv(source, index=False)
+    with pytest.raises(CorpusError, match="no text column 'text'.*--set text_column"):
+        read_corpus(str(source))
+    with pytest.raises(CorpusError, match="does not exist"):
+        read_corpus(str(tmp_path / "missing.parquet"))
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really parquet")
+    with pytest.raises(CorpusError, match="cannot be read"):
+        read_corpus(str(broken))
+
+
+def test_offline_hub_ids_fail_with_the_offline_form(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(CorpusError, match="offline, pass a local path"):
+        read_corpus("stanfordnlp/imdb")
+    with pytest.raises(ModelError, match="--model minilm"):
+        load_model("textattack/bert-base-uncased-imdb")
+
+
+def test_cli_reports_user_errors_without_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    status = cli.main(["run", "--data", str(tmp_path / "nope.csv"), "--model", "minilm", "--store", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 2 and "does not exist" in err and "Traceback" not in err
+    assert cli.main(["run", "--methods", "raw,bogus"]) == 2
+    assert "unknown method 'bogus'" in capsys.readouterr().err
+    assert cli.main(["topk", "--store", str(tmp_path / "empty")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_decoder_and_pickle_only_models_are_refused(tmp_path):
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1, n_head=1, n_embd=8).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(ModelError, match="not an encoder classifier|supported encoder"):
+        load_model(str(tmp_path / "gpt2"))
+    from transformers import BertConfig
+
+    BertConfig(num_hidden_layers=1, num_attention_heads=1, hidden_size=8, intermediate_size=8).save_pretrained(
+        tmp_path / "bert")
+    (tmp_path / "bert" / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(ModelError, match="no .safetensors weights"):
+        load_model(str(tmp_path / "bert"))
