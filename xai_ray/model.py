@@ -46,27 +46,11 @@ def load_model(
     device: str = "cpu",
 ) -> LoadedModel:
     import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     import xai_ray.capture  # noqa: F401  (registers the "xai_capture" attention function and its mask)
 
-    path = resolve_model_path(name)
-    local = Path(path).is_dir()
-    if not local and (path.startswith((".", "/", "~")) or Path(path).exists()):
-        raise ModelError(f"model path {path!r} is not a folder holding a Hugging Face model")
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except Exception as err:
-        raise ModelError(
-            f"could not load model {name!r} ({type(err).__name__}); offline, use a local folder "
-            "(--model PATH) or the packaged weights (--model minilm)"
-        ) from None
-    _check_encoder(name, config)
-    if local and not allow_pickle and not any(Path(path).glob("*.safetensors")):
-        raise ModelError(
-            f"model folder {path!r} has no .safetensors weights; pickled weights load only with "
-            "--set allow_pickle=true (they can run code)"
-        )
+    path, config = read_model_config(name, allow_pickle, trust_remote_code)
     labels = label_names(config, num_labels)
     torch.manual_seed(seed)  # a missing classifier head is initialised the same way every run
     model = AutoModelForSequenceClassification.from_pretrained(
@@ -94,6 +78,38 @@ def load_model(
         "trust_remote_code": trust_remote_code,
     }
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: bool = False):
+    """Resolve ``name`` and read its config only (no weights): fails fast with one sentence."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(name)
+    local = Path(path).is_dir()
+    if not local and (path.startswith((".", "/", "~")) or Path(path).exists()):
+        raise ModelError(f"model path {path!r} is not a folder holding a Hugging Face model")
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as err:
+        raise ModelError(
+            f"could not load model {name!r} ({type(err).__name__}); offline, use a local folder "
+            "(--model PATH) or the packaged weights (--model minilm)"
+        ) from None
+    _check_encoder(name, config)
+    if local and not allow_pickle and not any(Path(path).glob("*.safetensors")):
+        raise ModelError(
+            f"model folder {path!r} has no .safetensors weights; pickled weights load only with "
+            "--set allow_pickle=true (they can run code)"
+        )
+    return path, config
+
+
+def describe_model(name: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> dict:
+    """What the run manifest records of a model, read from its config alone."""
+    path, config = read_model_config(name, allow_pickle, trust_remote_code)
+    return {"name": name, "path": path, "model_type": config.model_type, "n_layers": _n_layers(config),
+            "n_heads": _n_heads(config), "labels": label_names(config),
+            "allow_pickle": allow_pickle, "trust_remote_code": trust_remote_code}
 
 
 def label_names(config, num_labels: int = 2) -> dict[int, str]:

@@ -23,6 +23,7 @@ import yaml
 
 from xai_ray.config import RunConfig
 from xai_ray.corpus import read_corpus
+from xai_ray.model import describe_model
 from xai_ray.store import RunWriter
 
 log = logging.getLogger("xai_ray")
@@ -40,9 +41,10 @@ def run(cfg: RunConfig) -> RunResult:
     """Score a corpus end to end and publish one run into ``cfg.store``."""
     started = time.perf_counter()
     run_id = cfg.run_id or new_run_id()
+    model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
     corpus = read(cfg)
     rows = score(corpus, cfg)
-    run_dir, manifest = write(rows, cfg, run_id, n_input=len(corpus), started=started)
+    run_dir, manifest = write(rows, cfg, run_id, n_input=len(corpus), started=started, model=model)
     summary = aggregate(cfg.store, run_id, cfg.top_k)
     log.info("run %s: %s", run_id, summary)
     out = report(cfg.store, run_id, run_dir / "report.html") if cfg.report else None
@@ -112,7 +114,8 @@ def _auto_actors(gpus: float, cpus_per_actor: float) -> int:
     return max(1, int(resources.get("CPU", 1) // max(cpus_per_actor, 1)))
 
 
-def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, started: float | None = None):
+def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, started: float | None = None,
+          model: dict | None = None):
     """Stage 3: write scorer rows into the store and publish the run; returns (run folder, manifest)."""
     started = started or time.perf_counter()
     writer = RunWriter(cfg.store, run_id, list(cfg.methods))
@@ -131,7 +134,9 @@ def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, s
         if len(fingerprints) > 1:
             raise RuntimeError(f"actors loaded different weights: {sorted(fingerprints)}")
         score_s = time.perf_counter() - score_started
-        manifest = build_manifest(cfg, run_id, fingerprints, n_layers, n_input, score_s, started)
+        model = model or describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
+        model = {**model, "fingerprint": next(iter(fingerprints), None), "n_layers": n_layers or model["n_layers"]}
+        manifest = build_manifest(cfg, run_id, model, n_input, score_s, started)
         (writer.staging / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         run_dir = writer.publish(manifest)
     except BaseException:
@@ -141,28 +146,13 @@ def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, s
     return run_dir, {**manifest, "counts": writer.counts}
 
 
-def build_manifest(cfg, run_id, fingerprints, n_layers, n_input, score_s, started) -> dict:
-    from transformers import AutoConfig
-
-    from xai_ray.model import label_names, resolve_model_path
-
-    model_config = AutoConfig.from_pretrained(resolve_model_path(cfg.model), trust_remote_code=cfg.trust_remote_code)
+def build_manifest(cfg, run_id, model: dict, n_input, score_s, started) -> dict:
     return {
         "run_id": run_id,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "status": "complete",
         "config": cfg.to_dict(),
-        "model": {
-            "name": cfg.model,
-            "path": resolve_model_path(cfg.model),
-            "model_type": model_config.model_type,
-            "n_layers": n_layers,
-            "n_heads": getattr(model_config, "num_attention_heads", None) or getattr(model_config, "n_heads", None),
-            "fingerprint": next(iter(fingerprints), None),
-            "labels": label_names(model_config),
-            "allow_pickle": cfg.allow_pickle,
-            "trust_remote_code": cfg.trust_remote_code,
-        },
+        "model": model,
         "attention": cfg.attention_options,
         "input_documents": n_input,
         "timings": {"score_and_write_s": round(score_s, 3), "total_s": round(time.perf_counter() - started, 3),
