@@ -21,8 +21,8 @@ def attention_flow(A, per_layer: bool = False) -> np.ndarray:
     A: (L, n, n) numpy array or torch tensor, rows sum to 1 (they are the capacities).
     Returns the max-flow value from (level L, position 0) to every (level 0, position j) with
     shape (n,), or every layer's values with shape (L, n) when ``per_layer`` (row l-1 uses
-    source level l and only levels 0..l). Every value is at most 1 (the source's
-    out-capacity) and at most the column sum of A[0].
+    source level l and only levels 0..l). Every value is at most the source's out-capacity
+    (1 for row-stochastic A) and at most the column sum of A[0] (the token's in-capacity).
     """
     A = np.ascontiguousarray(as_layers(A))  # (L, n, n)
     if not np.isfinite(A).all() or (A < 0).any():
