@@ -46,8 +46,9 @@ def imdb_store(ray_cluster, tmp_path_factory):
 
 def _cfg(store, **extra):
     flags = {"data": str(IMDB), "limit": 12, "model": "minilm", "max_length": 64, "actors": 2,
-             "store": str(store), "batch_size": 4, **extra}
-    return resolve(None, flags)
+             "store": str(store), "batch_size": 4}
+    sets = [f"{key}={value}" for key, value in extra.items()]
+    return resolve(None, flags, sets)
 
 
 def test_ray_pipeline_equals_direct_scorer(ray_cluster, tmp_path):
@@ -143,3 +144,19 @@ def test_sql_refuses_writes_and_outside_files(imdb_store, tmp_path, capsys):
         assert cli.main(["sql", "--store", str(imdb_store), query]) == 2
         assert "xai-ray:" in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists() and not (tmp_path / "x.db").exists()
+
+
+def test_flow_as_its_own_cpu_stage_equals_flow_in_the_actor(ray_cluster, tmp_path):
+    """What GPU runs do (flow deferred to a CPU stage), forced on CPU: the rows must not change."""
+    cfg = _cfg(tmp_path, limit=6, actors=1, methods="raw,rollout,flow", defer_flow=True)
+    corpus = pipeline.read(cfg)
+    staged = pd.concat([b.to_pandas() for b in pipeline.score(corpus, cfg)]).set_index("doc_id")
+    assert "attention" not in staged.columns
+    direct = Scorer({**cfg.to_dict(), "gpus_per_actor": 0, "deferred_methods": []})(
+        {"doc_id": corpus.doc_id.values, "text": corpus.text.values, "label": corpus.label.values}
+    ).to_pandas().set_index("doc_id")
+    assert sorted(staged.index) == sorted(direct.index)
+    for doc_id in direct.index:
+        assert pd.isna(staged.at[doc_id, "error"])
+        for column in ("scores_flow", "word_scores_flow", "scores_rollout"):
+            np.testing.assert_allclose(staged.at[doc_id, column], direct.at[doc_id, column], atol=1e-6)

@@ -1,25 +1,36 @@
-"""The report: self-contained, every chart present, and rendered for real in headless Chromium."""
+"""The report: self-contained, every section and chart present, review text shown as text,
+definitions and chart export, and rendered for real in headless Chromium."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
+import yaml
+from test_charts import DOCS, write_run  # the tiny hand-written store of the SQL tests
 
-from xai_ray import pipeline
-from xai_ray.config import resolve
-from xai_ray.report import build_report
+from xai_ray import cli, pipeline
+from xai_ray.config import ConfigError, resolve
+from xai_ray.query import open_store
+from xai_ray.report import DEFAULT_DEFINITION, DEFAULTS, build_report, export_charts, load_definition
+from xai_ray.report_sections import has_relation, highlight_html
 from xai_ray.scoring import Scorer
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 INJECTION_ID = "<img src=x onerror=\"document.title='PWNED'\">"
-INJECTION_TEXT = "<script>document.title='PWNED'</script></style> a fine film, " * 4
+# 49 tokens: at least the examples' 20, fewer than the real reviews cut at 64, so it is the
+# shortest of its (label, correct) group and certainly one of the highlighted examples.
+INJECTION_TEXT = ("<script>document.title='PWNED'</script><img src=x onerror=\"document.title='PWNED'\">"
+                  "</style> a fine film, ")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SECTIONS = ["summary", "headline", "explorer", "per_method", "per_class", "layers", "highlights", "agreement"]
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +49,20 @@ def report_file(tmp_path_factory) -> Path:
     return build_report(cfg.store, "r1", root / "report.html")
 
 
+def section(page: str, key: str) -> str:
+    found = re.search(rf"<section id='{key}'>(.*?)</section>", page, re.S)
+    assert found, f"no section {key}"
+    return found.group(1)
+
+
 def test_report_is_self_contained(report_file):
     page = report_file.read_text()
     assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?(https?:)?//""", page)
     n_charts = page.count("class='chart'")
-    assert n_charts >= 5 and page.count("vegaEmbed('#chart-") == n_charts
-    assert "Top 20 important words across all samples" in page
+    assert n_charts >= 10 and page.count("vegaEmbed('#chart-") == n_charts
+    assert "Top 20 important words across all samples" in page and "Overall accuracy" in page
+    for key in SECTIONS:
+        section(page, key)
     # review text and ids are data: they never appear as raw markup
     assert "<img src=x" not in page and "<script>document.title" not in page
 
@@ -51,6 +70,96 @@ def test_report_is_self_contained(report_file):
 def test_report_size_does_not_carry_the_corpus(report_file):
     # The Vega bundle is ~0.9 MB; the data behind the charts is aggregates only.
     assert report_file.stat().st_size < 3_000_000
+
+
+def test_hostile_review_is_highlighted_as_text(report_file):
+    shown = section(report_file.read_text(), "highlights")
+    assert "<script" not in shown and "<img" not in shown and "</style" not in shown
+    assert shown.count("<div class='example'>") >= 3 and "<span class='w" in shown
+    assert "<h3>Review &lt;img src=x onerror=" in shown  # the hostile review is one of the examples
+    text = re.sub(r"</?span[^>]*>", "", shown)  # each word is a shaded span; read the text between
+    assert "&lt;script&gt;document.title=&#x27;PWNED&#x27;&lt;/script&gt;" in text
+    assert "&lt;img src=x onerror=&quot;document.title=&#x27;PWNED&#x27;&quot;&gt;&lt;/style&gt;" in text
+
+
+def test_highlight_html_keeps_gaps_escapes_words_and_shades_by_score():
+    text = "Fine  <b>film</b>!\nThe rest was cut"
+    words = pd.DataFrame({"word": ["Fine", "<b>", "film", "</b>", "!", "missing"],
+                          "score": [0.5, 0.0, 0.25, 0.0, float("nan"), 0.1]})
+    got = highlight_html(text, words)
+    assert got.startswith("<span class='w9' title='0.5000'>Fine</span>  <span class='w0' title='0.0000'>&lt;b&gt;")
+    assert "<span class='w5' title='0.2500'>film</span>" in got  # half the top score
+    assert "<span class='w0' title='n/a'>!</span>" in got
+    assert " <span class='w2' title='0.1000'>missing</span>" in got  # not in the text: shown alone
+    assert got.endswith("<span class='cut'>\nThe rest was cut</span>")  # past max_length
+    assert "<b>" not in got
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-report")
+    # d1 predicted positive, d2 negative; 'film' and 'good' occur twice
+    words = {("raw", 1): [("d1", 0, "good", 0.5), ("d1", 1, "film", 0.3), ("d1", 2, "good", 0.2),
+                          ("d2", 0, "bad", 0.7), ("d2", 1, "film", 0.3)],
+             ("raw", 2): [("d1", 0, "good", 0.3), ("d1", 1, "film", 0.6), ("d1", 2, "good", 0.1),
+                          ("d2", 0, "bad", 0.6), ("d2", 1, "film", 0.4)],
+             ("rollout", 2): [("d1", 0, "good", 0.5), ("d1", 1, "film", 0.4), ("d1", 2, "good", 0.1),
+                              ("d2", 0, "bad", 0.2), ("d2", 1, "film", 0.8)]}
+    write_run(root, "two", DOCS[:2], words)
+    # One method, no labels: a run that lacks the data of several sections.
+    write_run(root, "bare", [{**d, "label": None} for d in DOCS[:2]], {("raw", 1): words[("raw", 1)]},
+              created_at="2026-01-02T00:00:00")
+    return root
+
+
+def test_definition_defaults_are_the_yaml_file():
+    assert yaml.safe_load(DEFAULT_DEFINITION.read_text()) == DEFAULTS
+    assert load_definition() == DEFAULTS
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"colour": "red"}, "unknown key 'colour'"), ({"sections": ["headline", "pie"]}, "unknown sections"),
+    ({"examples": {"pick": "random"}}, "examples.pick"), ({"k": 0}, "k must be"),
+    ({"examples": {"count": 3}}, "'examples' takes the keys"), ({"min_count": "some"}, "min_count"),
+])
+def test_definition_mistakes_are_named(tmp_path, given, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(given))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_definition(path)
+
+
+def test_definition_chooses_sections_and_k(tiny_store, tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("k: 1\nmin_count: 1\nsections: [agreement, headline]\n")
+    page = build_report(tiny_store, "two", tmp_path / "r.html", definition=path).read_text()
+    assert re.findall(r"<section id='(\w+)'>", page) == ["agreement", "headline"]
+    assert "Top 1 important words across all samples (rollout, layer 2)" in page
+
+
+def test_sections_without_data_are_left_out(tiny_store, tmp_path):
+    con = open_store(tiny_store)
+    assert has_relation(con, "words") and not has_relation(con, "heads")
+    page = build_report(tiny_store, "bare", tmp_path / "bare.html").read_text()
+    # one method: no per-method panels, no agreement; no labels: no confusion matrix, no examples
+    assert re.findall(r"<section id='(\w+)'>", page) == ["summary", "headline", "explorer", "per_class"]
+    assert section(page, "summary").count("class='chart'") == 0
+
+
+def test_charts_export_as_svg_and_png(tiny_store, tmp_path):
+    svgs = export_charts(tiny_store, "two", tmp_path / "svg", "svg", definition={**DEFAULTS, "min_count": 1})
+    page = build_report(tiny_store, "two", tmp_path / "r.html", definition={**DEFAULTS, "min_count": 1}).read_text()
+    assert len(svgs) == page.count("class='chart'") and svgs[0].name == "01-summary.svg"
+    assert all(path.read_text().lstrip().startswith("<svg") for path in svgs)
+    out = tmp_path / "cli" / "report.html"
+    definition = tmp_path / "d.yaml"
+    definition.write_text("sections: [headline, contrast]\nmin_count: 1\n")
+    assert cli.main(["report", "--store", str(tiny_store), "--run", "two", "--out", str(out), "--format", "png",
+                     "--definition", str(definition)]) == 0
+    pngs = sorted((tmp_path / "cli" / "report-charts").iterdir())
+    assert [p.name for p in pngs] == ["01-headline.png", "02-contrast.png"] and out.is_file()
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    assert cli.main(["report", "--store", str(tiny_store), "--out", str(out), "--charts-dir", str(tmp_path)]) == 2
 
 
 @pytest.mark.browser
@@ -72,10 +181,14 @@ def test_report_renders_in_headless_chromium(report_file, tmp_path):
     n_charts = report_file.read_text().count("class='chart'")
     assert len(charts) == n_charts
     assert all("<svg" in chart and "<path" in chart for chart in charts), "a chart did not render"
+    explorer = section(html.replace('"', "'"), "explorer")
+    assert "<select" in explorer and explorer.count("type='range'") == 2 and "type='radio'" in explorer
     assert "<title>xai-ray report r1</title>" in html  # the injected handler never ran
     markup = re.sub(r"<script.*?</script>", "", html, flags=re.S)  # the inlined Vega bundle mentions <img
     assert "<img" not in markup and "PWNED</title>" not in markup
     assert "&lt;img src=x" in markup  # the hostile id is shown, as text
+    text = re.sub(r"</?span[^>]*>", "", section(markup.replace('"', "'"), "highlights"))
+    assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;&lt;img src=x" in text
     # Requests the page made (the browser's own background chatter has no file:// isolation key).
     events = json.loads(net_log.read_text()).get("events", [])
     page_requests = [e["params"]["url"] for e in events
@@ -83,6 +196,8 @@ def test_report_renders_in_headless_chromium(report_file, tmp_path):
     assert [u for u in page_requests if not u.startswith("file:")] == []
 
     shot = tmp_path / "report.png"
-    subprocess.run([*base, "--window-size=1200,2400", f"--screenshot={shot}", url], capture_output=True,
+    subprocess.run([*base, "--window-size=1300,3000", f"--screenshot={shot}", url], capture_output=True,
                    timeout=120)
     assert shot.stat().st_size > 10_000
+    if os.environ.get("XAI_RAY_REPORT_SHOT"):  # keep a screenshot to look at
+        shutil.copy(shot, os.environ["XAI_RAY_REPORT_SHOT"])

@@ -47,6 +47,7 @@ class RunConfig:
     actors: int = 0  # 0: one per GPU, else one per two CPU cores
     gpus_per_actor: float | None = None  # None: 1 when the cluster has GPUs, else 0
     cpus_per_actor: float = 1.0
+    defer_flow: bool | None = None  # None: flow runs as its own CPU stage only when actors hold GPUs
     # outputs
     store: str = "store"
     run_id: str | None = None

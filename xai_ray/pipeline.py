@@ -68,7 +68,7 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
     import ray
     from ray.data import ActorPoolStrategy
 
-    from xai_ray.scoring import Scorer
+    from xai_ray.scoring import DeferredMethods, Scorer
 
     ensure_ray()
     gpus = float(cfg.gpus_per_actor) if cfg.gpus_per_actor is not None else (
@@ -81,7 +81,9 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
     n_blocks = max(1, min(len(ordered) // max(cfg.batch_size, 1), actors * 8))
     step = -(-table.num_rows // n_blocks)
     dataset = ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)])
-    config = {**cfg.to_dict(), "gpus_per_actor": gpus}
+    defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
+    deferred = [m for m in cfg.methods if m == "flow"] if defer else []
+    config = {**cfg.to_dict(), "gpus_per_actor": gpus, "deferred_methods": deferred}
     scored = dataset.map_batches(
         Scorer,
         fn_constructor_kwargs={"config": config},
@@ -91,6 +93,17 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
         num_gpus=gpus,
         num_cpus=cfg.cpus_per_actor,
     )
+    if deferred:
+        # Flow is CPU work: GPU actors hand it the compact fused attention and move on.
+        cpu_workers = max(1, int(ray.cluster_resources().get("CPU", 1)) - int(actors * cfg.cpus_per_actor))
+        scored = scored.map_batches(
+            DeferredMethods,
+            fn_constructor_kwargs={"config": config},
+            batch_size=cfg.batch_size,
+            batch_format="pyarrow",
+            compute=ActorPoolStrategy(min_size=1, max_size=cpu_workers),
+            num_cpus=1,
+        )
     log.info("scoring %d documents on %d actor(s), %.0f GPU each", len(ordered), actors, gpus)
     yield from scored.iter_batches(batch_format="pyarrow", batch_size=None)
 

@@ -265,17 +265,16 @@ def agreement(ctx: Context) -> Section | None:
     if len(ctx.methods) < 2:
         return None
     spec = ctx.definition["agreement"]
-    frame = ctx.query("report_agreement", layer=ctx.last_layer, bins=int(spec["bins"]), max_docs=int(spec["max_docs"]))
+    max_docs, n_docs = int(spec["max_docs"]), int(ctx.summary["n_docs"])
+    frame = ctx.query("report_agreement", layer=ctx.last_layer, bins=int(spec["bins"]), max_docs=max_docs)
     if frame.empty:
         return None
     frame = frame.assign(pair=frame["method_a"] + " vs " + frame["method_b"])
-    medians = frame.drop_duplicates("pair")
-    sampled = f" A fixed sample of {int(medians.n_docs.max())} of {int(ctx.summary['n_docs'])} reviews." \
-        if int(ctx.summary["n_docs"]) > int(spec["max_docs"]) else ""
-    summary_text = "; ".join(f"{p.pair}: median {p.median_rho:.2f} (IQR {p.q1_rho:.2f} to {p.q3_rho:.2f}, "
-                             f"{p.n_docs} reviews)" for p in medians.itertuples())
+    pairs = "; ".join(f"{p.pair}: median {p.median_rho:.2f} (IQR {p.q1_rho:.2f} to {p.q3_rho:.2f}, {p.n_docs} reviews)"
+                      for p in frame.drop_duplicates("pair").itertuples())
+    sampled = f" Reviews: a fixed sample of {max_docs} of {n_docs}." if n_docs > max_docs else ""
     return Section("agreement", "Agreement between methods",
-                   f"Spearman rank correlation of word scores per review, layer {ctx.last_layer}. {summary_text}.{sampled}",
+                   f"Spearman rank correlation of word scores per review, layer {ctx.last_layer}. {pairs}.{sampled}",
                    [charts.agreement_histogram(frame, f"Per-review rank agreement between methods "
                                                       f"(layer {ctx.last_layer})")])
 

@@ -37,13 +37,62 @@ ROW_FIELDS = [
 ]
 
 
-def row_schema(methods) -> pa.Schema:
+def row_schema(methods, with_attention: bool = False) -> pa.Schema:
     per_method = [
         pa.field(f"{prefix}_{m}", pa.list_(pa.float32()))
         for m in methods
         for prefix in ("scores", "word_scores", "word_raw")
     ]
-    return pa.schema(ROW_FIELDS + per_method)
+    extra = [pa.field("attention", pa.list_(pa.float32()))] if with_attention else []
+    return pa.schema(ROW_FIELDS + per_method + extra)
+
+
+def method_columns(name: str, method, attention: np.ndarray, index: np.ndarray, n_words: int) -> dict:
+    """One method's row columns for one document: token scores, word sums, renormalised words."""
+    scores = method.attribute(attention)  # (L, n)
+    word_raw = merge_scores(scores, index, n_words)  # (L, W)
+    return {
+        f"scores_{name}": scores.astype(np.float32).ravel(),
+        f"word_raw_{name}": word_raw.astype(np.float32).ravel(),
+        f"word_scores_{name}": normalise(word_raw).astype(np.float32).ravel(),
+    }
+
+
+class DeferredMethods:
+    """A CPU stage for methods that would stall a GPU actor (attention flow): it reads the
+    compact fused attention the GPU scorer left in each row, adds the methods' columns and
+    drops the attention, so rows leave it in the same shape as a CPU scorer's."""
+
+    def __init__(self, config: dict) -> None:
+        options = attention_options(config)
+        self.deferred = list(config.get("deferred_methods") or [])
+        self.methods = {name: get_method(name, options) for name in self.deferred}
+        self.schema = row_schema(list(config["methods"]))
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        rows = batch.to_pylist()
+        for row in rows:
+            attention = row.pop("attention", None)
+            if row.get("error") or attention is None:
+                continue
+            n, n_layers = row["n_tokens"], row["n_layers"]
+            doc_attention = np.asarray(attention, dtype=np.float64).reshape(n_layers, n, n)
+            index = np.asarray(row["word_index"], dtype=np.int64)
+            for name, method in self.methods.items():
+                try:
+                    row.update(method_columns(name, method, doc_attention, index, len(row["words"])))
+                except Exception as err:  # recorded per row, the job goes on
+                    row["error"] = f"{name} failed: {type(err).__name__}: {err}"
+        return pa.Table.from_pylist(rows, schema=self.schema)
+
+
+def attention_options(config: dict) -> AttentionOptions:
+    return AttentionOptions(
+        residual=config.get("residual", "half"),
+        head_fusion=config.get("head_fusion", "mean"),
+        discard_ratio=config.get("discard_ratio", 0.0),
+        start_layer=config.get("start_layer", 1),
+    )
 
 
 class Scorer:
@@ -72,15 +121,11 @@ class Scorer:
         self.tokenizer.padding_side = "right"  # per-document slices [:n] assume real tokens come first
         self.token_budget = int(config.get("max_tokens_per_batch") or 8192)
         self.max_length = min(int(config["max_length"]), _model_limit(self.tokenizer, self.model))
-        options = AttentionOptions(
-            residual=config.get("residual", "half"),
-            head_fusion=config.get("head_fusion", "mean"),
-            discard_ratio=config.get("discard_ratio", 0.0),
-            start_layer=config.get("start_layer", 1),
-        )
+        options = attention_options(config)
         self.options = options
         self.methods = {name: get_method(name, options) for name in config["methods"]}
-        self.schema = row_schema(list(self.methods))
+        self.deferred = set(config.get("deferred_methods") or [])
+        self.schema = row_schema(list(self.methods), with_attention=bool(self.deferred))
         self.pid = os.getpid()
         self.fallbacks = 0  # batches that had to be re-scored one document at a time
 
@@ -181,11 +226,11 @@ class Scorer:
             }
             doc_attention = fused[b, :, :n, :n]  # (L, n, n): padding sliced away
             for name, method in self.methods.items():
-                scores = method.attribute(doc_attention)  # (L, n)
-                word_raw = merge_scores(scores, index, n_words)  # (L, W)
-                row[f"scores_{name}"] = scores.astype(np.float32).ravel()
-                row[f"word_raw_{name}"] = word_raw.astype(np.float32).ravel()
-                row[f"word_scores_{name}"] = normalise(word_raw).astype(np.float32).ravel()
+                if name in self.deferred:
+                    continue
+                row.update(method_columns(name, method, doc_attention, index, n_words))
+            if self.deferred:
+                row["attention"] = doc_attention.astype(np.float32).ravel()  # for the CPU stage
             rows.append(row)
         return rows
 
