@@ -133,11 +133,15 @@ def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, s
     started = started or time.perf_counter()
     writer = RunWriter(cfg.store, run_id, list(cfg.methods))
     fingerprints, n_layers, done, last_note = set(), None, 0, time.perf_counter()
+    actor_seconds: dict[str, float] = {}  # summed over actors: where the scoring time went
     score_started = time.perf_counter()
     try:
         for batch in rows:
             writer.write(batch)
             fingerprints.update(x for x in batch.column("model_fingerprint").to_pylist() if x)
+            for stages in batch.column("seconds").to_pylist():
+                for stage, seconds in stages or []:
+                    actor_seconds[stage] = actor_seconds.get(stage, 0.0) + seconds
             n_layers = n_layers or next((x for x in batch.column("n_layers").to_pylist() if x), None)
             done += batch.num_rows
             if time.perf_counter() - last_note > 10 or done == n_input:
@@ -150,6 +154,7 @@ def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, s
         model = model or describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
         model = {**model, "fingerprint": next(iter(fingerprints), None), "n_layers": n_layers or model["n_layers"]}
         manifest = build_manifest(cfg, run_id, model, n_input, score_s, started)
+        manifest["timings"]["actor_seconds"] = {k: round(v, 3) for k, v in sorted(actor_seconds.items())}
         (writer.staging / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         run_dir = writer.publish(manifest)
     except BaseException:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,7 @@ ROW_FIELDS = [
     pa.field("words", pa.list_(pa.string())),
     pa.field("error", pa.string()),
     pa.field("model_fingerprint", pa.string()),
+    pa.field("seconds", pa.map_(pa.string(), pa.float64())),  # per stage, for the manifest's timings
 ]
 
 
@@ -58,6 +60,14 @@ def method_columns(name: str, method, attention: np.ndarray, index: np.ndarray, 
     }
 
 
+def timed_method_columns(name, method, attention, index, n_words, seconds: dict) -> dict:
+    """``method_columns``, adding the seconds it took to ``seconds[name]`` (for the manifest)."""
+    started = time.perf_counter()
+    columns = method_columns(name, method, attention, index, n_words)
+    seconds[name] = time.perf_counter() - started
+    return columns
+
+
 class DeferredMethods:
     """A CPU stage for methods that would stall a GPU actor (attention flow): it reads the
     compact fused attention the GPU scorer left in each row, adds the methods' columns and
@@ -80,7 +90,9 @@ class DeferredMethods:
             index = np.asarray(row["word_index"], dtype=np.int64)
             for name, method in self.methods.items():
                 try:
-                    row.update(method_columns(name, method, doc_attention, index, len(row["words"])))
+                    row["seconds"] = dict(row.get("seconds") or {})
+                    row.update(timed_method_columns(name, method, doc_attention, index, len(row["words"]),
+                                                    row["seconds"]))
                 except Exception as err:  # recorded per row, the job goes on
                     row["error"] = f"{name} failed: {type(err).__name__}: {err}"
         return pa.Table.from_pylist(rows, schema=self.schema)
@@ -189,6 +201,7 @@ class Scorer:
             return_tensors="pt",
         )
         offsets = encoding.pop("offset_mapping").tolist()
+        started = time.perf_counter()
         if self.device == "cuda":
             # Pinned host memory lets the copy overlap; bf16 matmuls, while capture keeps the
             # probabilities and their fusion in fp32 (rollout multiplies them L times).
@@ -202,6 +215,7 @@ class Scorer:
                 self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio)
         probs = torch.softmax(logits, dim=-1).cpu().numpy()  # (B, C)
         fused = fused.cpu().numpy()  # (B, L, N, N)
+        forward_s = (time.perf_counter() - started) / len(chosen)  # the batch's forward, shared out
         lengths = encoding["attention_mask"].sum(dim=1).tolist()
         rows = []
         for b, i in enumerate(chosen):
@@ -223,12 +237,13 @@ class Scorer:
                 "words": word_texts(index, n_words, doc_offsets, texts[i]),
                 "error": None,
                 "model_fingerprint": self.info["fingerprint"],
+                "seconds": {"forward": forward_s},
             }
             doc_attention = fused[b, :, :n, :n]  # (L, n, n): padding sliced away
             for name, method in self.methods.items():
                 if name in self.deferred:
                     continue
-                row.update(method_columns(name, method, doc_attention, index, n_words))
+                row.update(timed_method_columns(name, method, doc_attention, index, n_words, row["seconds"]))
             if self.deferred:
                 row["attention"] = doc_attention.astype(np.float32).ravel()  # for the CPU stage
             rows.append(row)
