@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import xai_ray
 from xai_ray.capture import fuse_heads
 from xai_ray.methods import AttentionOptions, get_method, mix_residual
 from xai_ray.methods.base import as_layers
@@ -369,3 +370,27 @@ def test_fuse_heads_mean_without_discard_is_plain_average():
     fused = fuse_heads(attn, "mean", 0.0, torch.tensor([5, 3]))
     manual = (attn[:, 0] + attn[:, 1] + attn[:, 2] + attn[:, 3]) / 4
     torch.testing.assert_close(fused, manual, atol=1e-7, rtol=0)
+
+
+def test_build_attention_by_hand():
+    # 1 layer, 2 heads, 2 tokens.  head 0 rows: [.6 .4], [.2 .8]; head 1 rows: [.4 .6], [.4 .6]
+    per_head = np.array([[[[0.6, 0.4], [0.2, 0.8]], [[0.4, 0.6], [0.4, 0.6]]]])
+    mean = xai_ray.build_attention(per_head, residual="none")
+    np.testing.assert_allclose(mean[0], [[0.5, 0.5], [0.3, 0.7]])
+    half = xai_ray.build_attention(per_head)  # 0.5*W + 0.5*I
+    np.testing.assert_allclose(half[0], [[0.75, 0.25], [0.15, 0.85]])
+    top = xai_ray.build_attention(per_head, residual="none", head_fusion="max")
+    # max per cell: [[.6 .6], [.4 .8]] -> rows renormalised: [[.5 .5], [1/3 2/3]]
+    np.testing.assert_allclose(top[0], [[0.5, 0.5], [1 / 3, 2 / 3]])
+
+
+@pytest.mark.parametrize("fusion", ["mean", "max", "min"])
+@pytest.mark.parametrize("ratio", [0.0, 0.3, 0.6])
+def test_build_attention_matches_the_pipeline_capture(fusion, ratio):
+    """The notebook helper (numpy) and the forward-pass fusion (torch) agree."""
+    rng = np.random.default_rng(7)
+    per_head = rng.dirichlet(np.ones(9), size=(3, 4, 9))  # (L, H, n, n), rows sum to 1
+    got = xai_ray.build_attention(per_head, residual="add", head_fusion=fusion, discard_ratio=ratio)
+    fused = torch.stack([fuse_heads(torch.tensor(layer[None]), fusion, ratio)[0] for layer in per_head])
+    np.testing.assert_allclose(got, mix_residual(fused.double().numpy(), "add"), atol=1e-6)
+    np.testing.assert_allclose(got.sum(axis=-1), 1.0, atol=1e-9)

@@ -101,3 +101,38 @@ def get_method(name: str, options: AttentionOptions | None = None) -> Method:
         known = ", ".join(sorted(REGISTRY))
         raise ValueError(f"unknown method {name!r}; known methods: {known}")
     return REGISTRY[name](options)
+
+
+def build_attention(per_head, residual: str = "half", head_fusion: str = "mean",
+                    discard_ratio: float = 0.0) -> np.ndarray:
+    """Raw per-head attention (L, H, n, n) -> the (L, n, n) matrices rollout and flow take.
+
+    For notebook users holding ``output_attentions`` (stack the layers first): drops each head
+    row's lowest ``discard_ratio`` share (never column 0, [CLS]), fuses heads (mean/max/min,
+    rows renormalised when that breaks their sum), then mixes in the residual stream.
+    The pipeline does the same inside the forward pass (``xai_ray.capture``).
+    """
+    options = AttentionOptions(residual=residual, head_fusion=head_fusion, discard_ratio=discard_ratio)
+    heads = per_head.detach().cpu().double().numpy() if hasattr(per_head, "detach") else np.asarray(per_head, float)
+    if heads.ndim != 4 or heads.shape[-1] != heads.shape[-2]:
+        raise ValueError(f"per-head attention must have shape (L, H, n, n), got {heads.shape}")
+    if options.discard_ratio > 0:
+        heads = _discard_lowest(heads, options.discard_ratio)
+    fused = {"mean": heads.mean, "max": heads.max, "min": heads.min}[options.head_fusion](axis=1)  # (L, n, n)
+    if options.head_fusion != "mean" or options.discard_ratio > 0:
+        fused = _renormalise(fused)
+    return mix_residual(fused, options.residual)
+
+
+def _renormalise(rows: np.ndarray) -> np.ndarray:
+    total = rows.sum(axis=-1, keepdims=True)
+    return np.divide(rows, total, out=rows.copy(), where=total > 0)
+
+
+def _discard_lowest(heads: np.ndarray, ratio: float) -> np.ndarray:
+    n = heads.shape[-1]
+    ranked = heads.copy()
+    ranked[..., 0] = np.inf  # [CLS] is never dropped
+    rank = np.argsort(np.argsort(ranked, axis=-1, kind="stable"), axis=-1, kind="stable")
+    kept = np.where(rank < int(np.floor((n - 1) * ratio)), 0.0, heads)
+    return _renormalise(kept)
