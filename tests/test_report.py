@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 import yaml
 from test_charts import DOCS, write_run  # the tiny hand-written store of the SQL tests
@@ -201,3 +202,30 @@ def test_report_renders_in_headless_chromium(report_file, tmp_path):
     assert shot.stat().st_size > 10_000
     if os.environ.get("XAI_RAY_REPORT_SHOT"):  # keep a screenshot to look at
         shutil.copy(shot, os.environ["XAI_RAY_REPORT_SHOT"])
+
+
+def test_aggregate_stage_keeps_what_the_report_reads(report_file):
+    """The pipeline's aggregate stage keeps the corpus-wide queries beside the run; the report
+    then reads them instead of scanning, and the page it builds is the same."""
+    from xai_ray.query import open_store, run_named
+    from xai_ray.report import keep_aggregates
+    from xai_ray.store import read_aggregate
+
+    store = report_file.parent / "store"
+    live_page = build_report(store, "r1", report_file.parent / "live.html").read_text()
+    kept = keep_aggregates(store, "r1")
+    assert {path.stem for path in kept} >= {"report_topk_all", "report_agreement", "report_contrast"}
+    con = open_store(store)
+    for path in kept:
+        params = json.loads(pa.parquet.read_schema(path).metadata[b"xai_ray.params"])
+        frame = read_aggregate(store, "r1", path.stem, params)
+        expected = run_named(con, path.stem, run_id="r1", **params)
+        pd.testing.assert_frame_equal(frame.reset_index(drop=True), expected.reset_index(drop=True),
+                                      check_dtype=False)
+        assert read_aggregate(store, "r1", path.stem, {**params, "k": -1}) is None  # other parameters: recompute
+    kept_page = build_report(store, "r1", report_file.parent / "kept.html").read_text()
+    assert len(_charts_json(live_page)) >= 5 and _charts_json(kept_page) == _charts_json(live_page)
+
+
+def _charts_json(page: str) -> list[str]:
+    return re.findall(r"vegaEmbed\('#chart-\d+', (.*?), \{", page)

@@ -16,11 +16,12 @@ from xai_ray.config import ConfigError
 
 def _user_errors() -> tuple[type[Exception], ...]:
     from xai_ray.corpus import CorpusError
+    from xai_ray.finetune import FinetuneError
     from xai_ray.model import ModelError
     from xai_ray.query import QueryError
     from xai_ray.store import StoreError
 
-    return (ConfigError, CorpusError, ModelError, QueryError, StoreError)
+    return (ConfigError, CorpusError, ModelError, QueryError, StoreError, FinetuneError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=["html", "png", "svg"], default="html",
                      help="png/svg: also write every chart as an image file into --charts-dir")
     rep.add_argument("--charts-dir", dest="charts_dir", help="default: <out without .html>-charts/")
+
+    fine = sub.add_parser("finetune", help="fine-tune a classifier on Ray Train into a model folder")
+    fine.add_argument("--config", help="YAML config (flags and --set override it)")
+    fine.add_argument("--base", help="Hub id, local model folder, or 'minilm' (packaged weights)")
+    fine.add_argument("--data", help="Hub dataset id, Parquet/CSV/JSONL file, Parquet folder, aclImdb folder or .tar.gz")
+    fine.add_argument("--split")
+    fine.add_argument("--limit", type=int, help="a seeded random sample of N documents (held-out slice included)")
+    fine.add_argument("--eval-fraction", type=float, dest="eval_fraction", help="share of each class held out")
+    fine.add_argument("--epochs", type=int)
+    fine.add_argument("--max-length", type=int, dest="max_length")
+    fine.add_argument("--batch-size", type=int, dest="batch_size", help="global batch, split across workers")
+    fine.add_argument("--lr", type=float)
+    fine.add_argument("--workers", type=int)
+    fine.add_argument("--gpus-per-worker", type=float, dest="gpus_per_worker")
+    fine.add_argument("--seed", type=int)
+    fine.add_argument("--out", help="output model folder (checkpoints in OUT/_checkpoints until done)")
+    fine.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets", help="override any config key")
     return parser
 
 
@@ -133,6 +151,20 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_finetune(args) -> int:
+    from xai_ray import finetune
+
+    flags = {k: getattr(args, k) for k in ("base", "data", "split", "limit", "eval_fraction", "epochs", "max_length",
+                                           "batch_size", "lr", "workers", "gpus_per_worker", "seed", "out")}
+    cfg = finetune.resolve(args.config, flags, args.sets)
+    result = finetune.run_finetune(cfg)
+    metrics = result.metrics
+    print(f"fine-tuned {cfg.base} on {metrics['data']['train_docs']} documents: held-out accuracy "
+          f"{metrics['heldout_accuracy']:.4f} on {metrics['data']['heldout_docs']} (majority "
+          f"{metrics['majority_baseline']:.4f}), {metrics['timings']['total_s'] / 60:.1f} min -> {result.out}")
+    return 0
+
+
 def _print(frame, fmt: str) -> None:
     if fmt == "csv":
         frame.to_csv(sys.stdout, index=False)
@@ -145,7 +177,7 @@ def _print(frame, fmt: str) -> None:
             print(frame.to_string(index=False) if not frame.empty else "(no rows)")
 
 
-COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report}
+COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "finetune": cmd_finetune}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -194,15 +194,18 @@ def versions() -> dict:
 
 
 def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
-    """Stage 4: the run's headline numbers and its top-k words (rollout if present, else the first method)."""
+    """Stage 4: the run's corpus-wide aggregates, kept beside it for the report, and its headline
+    numbers and top words (rollout if present, else the first method) for the log."""
     from xai_ray.query import open_store, pick_run, run_named, topk
+    from xai_ray.report import keep_aggregates
 
+    keep_aggregates(store, run_id)
     con = open_store(store)
     run = pick_run(con, run_id)
     summary = run_named(con, "summary", run_id=run_id).iloc[0].to_dict()
     methods = run["methods"].split(",")
     method = "rollout" if "rollout" in methods else methods[0]
-    top = topk(con, run_id=run_id, method=method, k=k)
+    top = topk(con, run_id=run_id, method=method, k=k, min_count=min(5, max(1, int(summary["n_docs"]) // 20)))
     return {**summary, "method": method, "top_words": top["word"].tolist()[:10]}
 
 

@@ -20,7 +20,8 @@ import yaml
 
 from xai_ray.config import ConfigError
 from xai_ray.query import open_store, pick_run, run_named
-from xai_ray.report_sections import BUILDERS, Context, Fragment, Section
+from xai_ray.report_sections import BUILDERS, KEPT, Context, Fragment, Section
+from xai_ray.store import write_aggregate
 
 DEFAULT_DEFINITION = Path(__file__).resolve().parents[1] / "reports" / "default.yaml"
 # The same values as reports/default.yaml (a test keeps them equal), for installs without it.
@@ -90,7 +91,23 @@ def context(store: str | Path, run_id: str | None, definition: dict, k: int | No
     labels = {int(key): value for key, value in manifest.get("model", {}).get("labels", {}).items()}
     return Context(con=con, run=run, manifest=manifest, summary=summary, definition=definition, labels=labels,
                    methods=methods, main_method=main, last_layer=int(run["n_layers"]),
-                   k=int(k or definition["k"]), min_count=int(min_count))
+                   k=int(k or definition["k"]), min_count=int(min_count), store=Path(store))
+
+
+def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dict | None = None) -> list[Path]:
+    """The pipeline's aggregate stage: run the report's corpus-wide queries once, for the default
+    (or given) definition, and keep their small results beside the run (``store.write_aggregate``).
+    A report with other parameters recomputes what it needs from the views."""
+    if not isinstance(definition, dict):
+        definition = load_definition(definition)
+    ctx = context(store, run_id, definition, None)
+    ctx.store = None  # compute from the views, not from what an earlier call kept
+    build_sections(ctx)
+    kept = []
+    for (name, params), frame in ctx.cache.items():
+        if name in KEPT:
+            kept.append(write_aggregate(store, ctx.run_id, name, dict(params), frame))
+    return kept
 
 
 def build_sections(ctx: Context) -> list[Section]:

@@ -19,6 +19,11 @@ import pandas as pd
 
 from xai_ray import charts
 from xai_ray.query import run_named
+from xai_ray.store import read_aggregate
+
+# Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
+# beside the run, so building the report costs the same for 200 reviews or 25,000.
+KEPT = ("report_topk_all", "report_contrast", "report_agreement")
 
 CURVE_WORDS = 4
 MAX_CHART_ROWS = 4_500  # Altair refuses more than 5,000 rows per chart; stay clear of it
@@ -56,6 +61,7 @@ class Context:
     last_layer: int
     k: int
     min_count: int
+    store: Any = None  # the store's folder: aggregates kept beside the run are read from there
     cache: dict = field(default_factory=dict)
 
     @property
@@ -66,7 +72,8 @@ class Context:
         """A named query of this run; cached, so sections sharing an aggregate scan once."""
         key = (name, tuple(sorted(params.items())))
         if key not in self.cache:
-            self.cache[key] = run_named(self.con, name, run_id=self.run_id, **params)
+            kept = read_aggregate(self.store, self.run_id, name, params) if self.store and name in KEPT else None
+            self.cache[key] = kept if kept is not None else run_named(self.con, name, run_id=self.run_id, **params)
         return self.cache[key]
 
     def label(self, value) -> str:

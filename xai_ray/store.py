@@ -198,3 +198,31 @@ def _long_columns(rows: list[dict], kind: str) -> list[pa.Array]:
         pa.array(np.concatenate([np.arange(len(r["words"]), dtype=np.int32) for r in rows])),
         pa.array([w for r in rows for w in r["words"]], pa.string()),
     ]
+
+
+def aggregate_file(store: str | Path, run_id: str, name: str) -> Path:
+    return run_dir(store, run_id) / "aggregates" / f"{name}.parquet"
+
+
+def write_aggregate(store: str | Path, run_id: str, name: str, params: dict, frame) -> Path:
+    """Keep a finished run's aggregate (a small DataFrame) beside it, tagged with its parameters."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({b"xai_ray.params": json.dumps(params, sort_keys=True, default=str).encode()})
+    path = aggregate_file(store, run_id, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    pq.write_table(table, temporary)
+    os.replace(temporary, path)
+    return path
+
+
+def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):
+    """The kept aggregate as a DataFrame if it was computed with exactly ``params``, else None."""
+    path = aggregate_file(store, run_id, name)
+    if not path.is_file():
+        return None
+    table = pq.read_table(path)
+    kept = (table.schema.metadata or {}).get(b"xai_ray.params", b"")
+    if kept != json.dumps(params, sort_keys=True, default=str).encode():
+        return None
+    return table.to_pandas()
