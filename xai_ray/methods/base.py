@@ -88,6 +88,24 @@ class Method:
         raise NotImplementedError
 
 
+class PropagatedMethod(Method):
+    """A method that carries residual-mixed attention from ``start_layer`` up through the layers
+    (rollout, flow): subclasses give ``propagate(A, per_layer=True) -> (L, n)``."""
+
+    @staticmethod
+    def propagate(A: np.ndarray, per_layer: bool = True) -> np.ndarray:
+        raise NotImplementedError
+
+    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
+        fused = as_layers(fused)
+        start = self.options.start_layer - 1
+        scores = np.full(fused.shape[:2], np.nan)  # (L, n): layers below start stay undefined
+        if start < fused.shape[0]:
+            mixed = mix_residual(fused[start:], self.options.residual)
+            scores[start:] = self.propagate(mixed, per_layer=True)
+        return scores
+
+
 REGISTRY: dict[str, type[Method]] = {}
 
 

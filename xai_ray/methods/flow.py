@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xai_ray.methods.base import Method, as_layers, mix_residual, register
+from xai_ray.methods.base import PropagatedMethod, as_layers, register
 from xai_ray.methods.maxflow import flow_scores
 
 
@@ -37,7 +37,7 @@ def attention_flow(A, per_layer: bool = False) -> np.ndarray:
 
 
 @register
-class AttentionFlow(Method):
+class AttentionFlow(PropagatedMethod):
     """Attention flow: the max flow each input token can take from [CLS] through the layers.
 
     Unlike rollout, which multiplies attention through (paths share no capacity), flow treats
@@ -46,11 +46,4 @@ class AttentionFlow(Method):
 
     name = "flow"
 
-    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
-        fused = as_layers(fused)
-        start = self.options.start_layer - 1
-        scores = np.full(fused.shape[:2], np.nan)
-        if start < fused.shape[0]:
-            mixed = mix_residual(fused[start:], self.options.residual)
-            scores[start:] = attention_flow(mixed, per_layer=True)
-        return scores
+    propagate = staticmethod(attention_flow)

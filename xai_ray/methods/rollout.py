@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xai_ray.methods.base import Method, as_layers, mix_residual, register
+from xai_ray.methods.base import PropagatedMethod, as_layers, register
 
 
 def attention_rollout(A, per_layer: bool = False) -> np.ndarray:
@@ -30,16 +30,9 @@ def attention_rollout(A, per_layer: bool = False) -> np.ndarray:
 
 
 @register
-class AttentionRollout(Method):
+class AttentionRollout(PropagatedMethod):
     """Attention rollout: residual-aware attention multiplied through the layers."""
 
     name = "rollout"
 
-    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
-        fused = as_layers(fused)
-        start = self.options.start_layer - 1
-        scores = np.full(fused.shape[:2], np.nan)
-        if start < fused.shape[0]:
-            mixed = mix_residual(fused[start:], self.options.residual)
-            scores[start:] = attention_rollout(mixed, per_layer=True)
-        return scores
+    propagate = staticmethod(attention_rollout)
