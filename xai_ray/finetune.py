@@ -35,6 +35,9 @@ RUN_NAME = "finetune"
 # Keys that may change between an interrupted run and its resumption without changing the job.
 RESUMABLE_CHANGES = ("out", "resume", "keep_checkpoints", "log_every", "checkpoint_every", "max_failures",
                      "fail_after_epoch", "workers", "gpus_per_worker", "cpus_per_worker", "eval_batch_size")
+FLOATS = ("eval_fraction", "lr", "weight_decay", "warmup_ratio", "max_grad_norm", "gpus_per_worker", "cpus_per_worker")
+NUMBERS = FLOATS + ("limit", "seed", "max_length", "epochs", "batch_size", "eval_batch_size", "workers",
+                    "max_failures", "log_every", "checkpoint_every", "fail_after_epoch")
 
 
 class FinetuneError(ValueError):
@@ -61,7 +64,7 @@ class FinetuneConfig:
     # optimisation
     epochs: int = 1
     batch_size: int = 16  # global: split across workers
-    lr: float = 5e-5
+    lr: float = 1e-4
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
@@ -81,6 +84,13 @@ class FinetuneConfig:
     fail_after_epoch: int | None = None  # testing hook: a worker raises after that epoch's checkpoint
 
     def __post_init__(self) -> None:
+        for name in NUMBERS:  # YAML reads 2e-4 as a string (it wants 2.0e-4)
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    object.__setattr__(self, name, float(value) if name in FLOATS else int(value))
+                except ValueError:
+                    raise ConfigError(f"{name} must be a number, got {value!r}") from None
         if not self.out:
             raise ConfigError("finetune needs an output folder: --out DIR")
         for name in ("epochs", "batch_size", "max_length", "eval_batch_size", "log_every"):
@@ -262,7 +272,7 @@ def _fit(loop_config: dict, scaling: dict, storage: Path, max_failures: int):
     resources = {"CPU": scaling["cpus_per_worker"]}
     if scaling["use_gpu"]:
         resources["GPU"] = scaling["gpus_per_worker"]
-    trainer = TorchTrainer(
+    trainer = _trainer_class(TorchTrainer)(
         train_loop,
         train_loop_config=loop_config,
         scaling_config=ScalingConfig(num_workers=scaling["workers"], use_gpu=scaling["use_gpu"],
@@ -281,6 +291,28 @@ def _fit(loop_config: dict, scaling: dict, storage: Path, max_failures: int):
     if result.checkpoint is None:
         raise RuntimeError("training finished without a checkpoint")
     return result
+
+
+def _trainer_class(base):
+    """``TorchTrainer`` minus the placement-group cleaner when the cluster has no dashboard.
+
+    The cleaner watches the controller through the state API, which lives in the dashboard: without
+    one (``include_dashboard=False``) it warns every second and never exits.
+    """
+    try:
+        from ray._private.worker import get_dashboard_url
+
+        if get_dashboard_url():
+            return base
+    except Exception:
+        return base
+
+    class Trainer(base):
+        def _create_default_callbacks(self):
+            return [c for c in super()._create_default_callbacks()
+                    if type(c).__name__ != "PlacementGroupCleanerCallback"]
+
+    return Trainer
 
 
 def _prepare_storage(storage: Path, job: dict, job_key: str, resume: bool) -> None:

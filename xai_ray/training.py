@@ -197,6 +197,8 @@ def train_loop(config: dict) -> None:
             f"{summary['eval_accuracy']:.4f} ({summary['eval_docs']} reviews, {summary['eval_seconds']:.0f} s)")
         save(summary)
         if config.get("fail_after_epoch") == epoch + 1 and not resumed:
+            # Wait until the controller has registered the checkpoint: crash after it, not during it.
+            ray.train.get_all_reported_checkpoints(timeout_s=120)
             raise RuntimeError(f"fail_after_epoch={epoch + 1}: simulated failure after the epoch's checkpoint")
 
 
@@ -246,9 +248,11 @@ def _all_reduce(values: list[float], device, world: int) -> list[float]:
 
 
 def _printer(rank: int):
+    import logging
+
     def log(message: str) -> None:
-        if rank == 0:
-            print(f"[finetune] {message}", flush=True)
+        if rank == 0:  # Ray Train sends the worker's root logger to the driver (print would show twice)
+            logging.getLogger().info("[finetune] %s", message)
 
     return log
 
