@@ -140,7 +140,7 @@ def test_definition_chooses_sections_and_k(tiny_store, tmp_path):
 
 def test_sections_without_data_are_left_out(tiny_store, tmp_path):
     con = open_store(tiny_store)
-    assert has_relation(con, "words") and not has_relation(con, "heads")
+    assert has_relation(con, "words") and has_relation(con, "heads") and not has_relation(con, "nothing")
     page = build_report(tiny_store, "bare", tmp_path / "bare.html").read_text()
     # one method: no per-method panels, no agreement; no labels: no confusion matrix, no examples
     assert re.findall(r"<section id='(\w+)'>", page) == ["summary", "headline", "explorer", "per_class"]

@@ -33,6 +33,7 @@ class _Collector:
     discard_ratio: float
     lengths: torch.Tensor  # (B,)
     layers: list = field(default_factory=list)  # L x (B, n, n) fused attention
+    heads: object = None  # xai_ray.heads.HeadCollector: per-head statistics from the same blocks
 
 
 def fuse_heads(attn: torch.Tensor, fusion: str = "mean", discard_ratio: float = 0.0,
@@ -125,6 +126,8 @@ def _attend_and_fuse(query, key, value, scaling, collector, output) -> torch.Ten
         for start in range(0, length, rows):
             stop = min(start + rows, length)
             probs = torch.matmul(q[:, start:stop], k_t).softmax(dim=-1)  # (H, r, m)
+            if collector.heads is not None:
+                collector.heads.block(len(collector.layers), b, start, probs)
             if output is not None:
                 output[b, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (H, r, d)
             target = fused[b, start:stop, :length]  # (r, m) view
@@ -146,11 +149,13 @@ AttentionMaskInterface.register(CAPTURE, eager_mask)
 
 
 @torch.inference_mode()
-def forward_with_attention(model, encoding: dict, fusion: str = "mean", discard_ratio: float = 0.0):
+def forward_with_attention(model, encoding: dict, fusion: str = "mean", discard_ratio: float = 0.0,
+                           heads=None):
     """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32.
 
     The model must have been loaded with ``attn_implementation="xai_capture"`` (model.load_model
-    does this); eager models are served through ``output_attentions`` as a fallback.
+    does this); eager models are served through ``output_attentions`` as a fallback. ``heads``
+    (an ``xai_ray.heads.HeadCollector``) also receives every head's probabilities, block by block.
     """
     lengths = encoding["attention_mask"].sum(dim=1)
     if model.config._attn_implementation != CAPTURE:
@@ -158,8 +163,10 @@ def forward_with_attention(model, encoding: dict, fusion: str = "mean", discard_
         if not outputs.attentions or outputs.attentions[0] is None:
             raise RuntimeError("the model returned no attention weights (is eager attention available?)")
         fused = [fuse_heads(layer, fusion, discard_ratio, lengths) for layer in outputs.attentions]
+        for index, layer in enumerate(outputs.attentions if heads is not None else ()):
+            heads.add_layer(index, layer)
         return outputs.logits.float(), torch.stack(fused, dim=1)
-    collector = _Collector(fusion=fusion, discard_ratio=discard_ratio, lengths=lengths)
+    collector = _Collector(fusion=fusion, discard_ratio=discard_ratio, lengths=lengths, heads=heads)
     token = _active.set(collector)
     try:
         logits = model(**encoding).logits

@@ -41,6 +41,10 @@ class RunConfig:
     head_fusion: str = "mean"
     discard_ratio: float = 0.0
     start_layer: int = 1
+    # per-head statistics (xai_ray.heads): the `heads` and `head_similarity` tables
+    heads: bool = True
+    heads_sample: int = 64  # documents whose heads are compared pairwise (Jensen-Shannon); 0: none
+    heads_sample_rows: int = 128  # query rows per sampled document in that comparison
     # execution
     batch_size: int = 64  # documents handed to an actor at once
     max_tokens_per_batch: int = 8192  # padded tokens per forward pass (the memory knob)
@@ -81,6 +85,9 @@ class RunConfig:
             raise ConfigError("max_length must leave room for [CLS], one token and [SEP] (>= 3)")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit must be >= 1 when given, got {self.limit}")
+        if self.heads_sample < 0 or self.heads_sample_rows < 1:
+            raise ConfigError("heads_sample must be >= 0 and heads_sample_rows >= 1, got "
+                              f"{self.heads_sample} and {self.heads_sample_rows}")
         if self.actors < 0:
             raise ConfigError(f"actors must be >= 0 (0 picks automatically), got {self.actors}")
         if self.run_id is not None and not _safe_name(self.run_id):

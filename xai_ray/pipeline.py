@@ -23,6 +23,7 @@ import yaml
 
 from xai_ray.config import RunConfig
 from xai_ray.corpus import read_corpus
+from xai_ray.head_summary import HeadTotals
 from xai_ray.model import describe_model
 from xai_ray.store import RunWriter
 
@@ -74,9 +75,7 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
     gpus = float(cfg.gpus_per_actor) if cfg.gpus_per_actor is not None else (
         1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0)
     actors = cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor)
-    # Longest first: batches hold similar lengths (little padding) and memory trouble shows early.
-    order = corpus["text"].map(lambda t: len(t) if isinstance(t, str) else 0).sort_values(ascending=False).index
-    ordered = corpus.loc[order].reset_index(drop=True)
+    ordered = order_corpus(corpus, cfg)
     table = pa.Table.from_pandas(ordered, preserve_index=False)
     n_blocks = max(1, min(len(ordered) // max(cfg.batch_size, 1), actors * 8))
     step = -(-table.num_rows // n_blocks)
@@ -108,6 +107,26 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
     yield from scored.iter_batches(batch_format="pyarrow", batch_size=None)
 
 
+def order_corpus(corpus: pd.DataFrame, cfg: RunConfig) -> pd.DataFrame:
+    """The corpus as the actors get it: longest first (batches hold similar lengths, so little
+    padding, and memory trouble shows early), with the head-similarity sample marked."""
+    order = corpus["text"].map(lambda t: len(t) if isinstance(t, str) else 0).sort_values(ascending=False).index
+    ordered = corpus.loc[order].reset_index(drop=True)
+    ordered["heads_sample"] = heads_sample(len(ordered), cfg)
+    return ordered
+
+
+def heads_sample(n_docs: int, cfg: RunConfig):
+    """Which documents the actors compare heads on (Jensen-Shannon): a seeded random ``heads_sample``."""
+    import numpy as np
+
+    chosen = np.zeros(n_docs, dtype=bool)
+    if cfg.heads and cfg.heads_sample:
+        picked = np.random.default_rng(cfg.seed).choice(n_docs, size=min(cfg.heads_sample, n_docs), replace=False)
+        chosen[picked] = True
+    return chosen
+
+
 def ensure_ray() -> None:
     import ray
 
@@ -132,12 +151,14 @@ def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, s
     """Stage 3: write scorer rows into the store and publish the run; returns (run folder, manifest)."""
     started = started or time.perf_counter()
     writer = RunWriter(cfg.store, run_id, list(cfg.methods))
+    head_totals = HeadTotals()  # per-head sums of every batch: one small array, whatever the corpus
     fingerprints, n_layers, done, last_note = set(), None, 0, time.perf_counter()
     actor_seconds: dict[str, float] = {}  # summed over actors: where the scoring time went
     score_started = time.perf_counter()
     try:
         for batch in rows:
             writer.write(batch)
+            head_totals.add(batch)
             fingerprints.update(x for x in batch.column("model_fingerprint").to_pylist() if x)
             for stages in batch.column("seconds").to_pylist():
                 for stage, seconds in stages or []:
@@ -155,6 +176,13 @@ def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, s
         model = {**model, "fingerprint": next(iter(fingerprints), None), "n_layers": n_layers or model["n_layers"]}
         manifest = build_manifest(cfg, run_id, model, n_input, score_s, started)
         manifest["timings"]["actor_seconds"] = {k: round(v, 3) for k, v in sorted(actor_seconds.items())}
+        if head_totals.n_docs:
+            writer.write_whole("heads", head_totals.heads_table())
+            manifest["heads"] = {"documents": head_totals.n_docs, "rows": head_totals.n_rows,
+                                 "similarity_documents": head_totals.jsd_docs,
+                                 "similarity_rows": head_totals.jsd_rows}
+        if head_totals.jsd is not None:
+            writer.write_whole("head_similarity", head_totals.similarity_table())
         (writer.staging / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         run_dir = writer.publish(manifest)
     except BaseException:

@@ -308,3 +308,7 @@ BUILDERS: dict[str, Callable[[Context], Section | None]] = {
     "per_class": per_class, "contrast": contrast, "layers": layers, "highlights": highlights,
     "agreement": agreement,
 }
+# Sections in modules of their own (they build on the classes above)
+from xai_ray.report_heads import heads  # noqa: E402
+
+BUILDERS["heads"] = heads

@@ -39,6 +39,15 @@ ROW_FIELDS = [
 ]
 
 
+# Per-head statistics of the document (xai_ray.heads): L x H x len(STATISTICS) sums over its rows,
+# and for sampled documents the (L*H) x (L*H) Jensen-Shannon sums over its first rows.
+HEAD_FIELDS = [
+    pa.field("heads", pa.list_(pa.float64())),
+    pa.field("head_jsd", pa.list_(pa.float64())),
+    pa.field("head_jsd_rows", pa.int32()),
+]
+
+
 def row_schema(methods, with_attention: bool = False) -> pa.Schema:
     per_method = [
         pa.field(f"{prefix}_{m}", pa.list_(pa.float32()))
@@ -46,7 +55,7 @@ def row_schema(methods, with_attention: bool = False) -> pa.Schema:
         for prefix in ("scores", "word_scores", "word_raw")
     ]
     extra = [pa.field("attention", pa.list_(pa.float32()))] if with_attention else []
-    return pa.schema(ROW_FIELDS + per_method + extra)
+    return pa.schema(ROW_FIELDS + per_method + extra + HEAD_FIELDS)
 
 
 def method_columns(name: str, method, attention: np.ndarray, index: np.ndarray, n_words: int) -> dict:
@@ -140,11 +149,17 @@ class Scorer:
         self.schema = row_schema(list(self.methods), with_attention=bool(self.deferred))
         self.pid = os.getpid()
         self.fallbacks = 0  # batches that had to be re-scored one document at a time
+        self.heads = bool(config.get("heads", True))
+        self.heads_sample_rows = int(config.get("heads_sample_rows") or 128)
+        self.punctuation: dict[int, bool] = {}  # vocabulary id -> is punctuation, filled as ids are seen
+        self.sampled: set[int] = set()  # batch positions chosen for head similarity
 
     def __call__(self, batch: dict) -> pa.Table:
         ids = [str(x) for x in batch["doc_id"]]
         texts = list(batch["text"])
         labels = [None if _missing(x) else int(x) for x in batch["label"]]
+        # The driver marks the documents of the head-similarity sample (pipeline.score)
+        self.sampled = {i for i, x in enumerate(batch.get("heads_sample", ())) if x} if self.heads else set()
         rows, good = [], []
         for i, text in enumerate(texts):
             problem = _text_problem(text)
@@ -201,6 +216,7 @@ class Scorer:
             return_tensors="pt",
         )
         offsets = encoding.pop("offset_mapping").tolist()
+        collector = self._head_collector(encoding, chosen)
         started = time.perf_counter()
         if self.device == "cuda":
             # Pinned host memory lets the copy overlap; bf16 matmuls, while capture keeps the
@@ -208,15 +224,16 @@ class Scorer:
             model_inputs = {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in encoding.items()}
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 logits, fused = forward_with_attention(
-                    self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio)
+                    self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio, collector)
         else:
             model_inputs = dict(encoding)
             logits, fused = forward_with_attention(
-                self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio)
+                self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio, collector)
         probs = torch.softmax(logits, dim=-1).cpu().numpy()  # (B, C)
         fused = fused.cpu().numpy()  # (B, L, N, N)
         forward_s = (time.perf_counter() - started) / len(chosen)  # the batch's forward, shared out
         lengths = encoding["attention_mask"].sum(dim=1).tolist()
+        head_columns = self._head_columns(collector, len(chosen))
         rows = []
         for b, i in enumerate(chosen):
             n = int(lengths[b])
@@ -246,8 +263,32 @@ class Scorer:
                 row.update(timed_method_columns(name, method, doc_attention, index, n_words, row["seconds"]))
             if self.deferred:
                 row["attention"] = doc_attention.astype(np.float32).ravel()  # for the CPU stage
+            row.update(head_columns[b])
             rows.append(row)
         return rows
+
+    def _head_collector(self, encoding, chosen):
+        """The per-head statistics collector of one forward pass, or None when heads are off."""
+        if not self.heads:
+            return None
+        from xai_ray.heads import HeadCollector, position_masks
+
+        masks = position_masks(encoding["input_ids"], self.tokenizer, self.punctuation)  # (B, n, 3)
+        return HeadCollector(encoding["attention_mask"].sum(dim=1).tolist(), masks,
+                             [i in self.sampled for i in chosen], self.heads_sample_rows)
+
+    @staticmethod
+    def _head_columns(collector, n_docs: int) -> list[dict]:
+        if collector is None:
+            return [{}] * n_docs
+        statistics = collector.statistics().numpy()  # (B, L, H, N_STATS)
+        similarity = collector.similarity()
+        columns = []
+        for b in range(n_docs):
+            jsd, jsd_rows = similarity.get(b, (None, None))
+            columns.append({"heads": statistics[b].ravel(),
+                            "head_jsd": None if jsd is None else jsd.numpy().ravel(), "head_jsd_rows": jsd_rows})
+        return columns
 
     def _error_row(self, doc_id, label, reason: str) -> dict:
         return {"doc_id": doc_id, "label": label, "error": reason, "model_fingerprint": self.info["fingerprint"]}

@@ -7,6 +7,7 @@ Layout (private; the SQL views in ``query`` are the public interface)::
     STORE/runs/run_id=<id>/errors/part-0.parquet
     STORE/runs/run_id=<id>/tokens/method=<m>/layer=<l>/part-0.parquet
     STORE/runs/run_id=<id>/words/method=<m>/layer=<l>/part-0.parquet
+    STORE/runs/run_id=<id>/heads/part-0.parquet, head_similarity/part-0.parquet (when gathered)
     STORE/_staging/run_id=<id>/...            (a run being written; never read by the views)
 
 Partitioning by method and layer lets a top-k over one slice read one file; rows are buffered
@@ -39,6 +40,18 @@ WORDS = pa.schema([
     ("score", pa.float32()), ("raw_score", pa.float32()),
 ])
 ERRORS = pa.schema([("doc_id", pa.string()), ("stage", pa.string()), ("reason", pa.string())])
+# Per layer x head means over every scored review (xai_ray.head_summary); entropies in nats.
+HEADS = pa.schema([
+    ("layer", pa.int32()), ("head", pa.int32()), ("entropy", pa.float64()), ("entropy_norm", pa.float64()),
+    ("cls_entropy", pa.float64()), ("to_cls", pa.float64()), ("to_sep", pa.float64()), ("to_punct", pa.float64()),
+    ("to_self", pa.float64()), ("to_prev", pa.float64()), ("to_next", pa.float64()),
+    ("n_docs", pa.int64()), ("n_rows", pa.int64()),
+])
+# Mean Jensen-Shannon divergence (nats) between two heads' attention rows over the sampled reviews.
+HEAD_SIMILARITY = pa.schema([
+    ("layer_a", pa.int32()), ("head_a", pa.int32()), ("layer_b", pa.int32()), ("head_b", pa.int32()),
+    ("jsd", pa.float64()), ("n_docs", pa.int64()), ("n_rows", pa.int64()),
+])
 ROW_GROUP_ROWS = 256_000
 
 
@@ -157,6 +170,13 @@ class RunWriter:
                      pa.array(np.concatenate([s[layer] for s in word_raw]))], schema=WORDS))
                 self.counts["tokens"] += len(layer_tokens)
                 self.counts["words"] += len(words[0])
+
+    def write_whole(self, name: str, table: pa.Table) -> None:
+        """A small table computed over the whole run (``heads``, ``head_similarity``), in one file."""
+        schema = {"heads": HEADS, "head_similarity": HEAD_SIMILARITY}[name]
+        (self.staging / name).mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.cast(schema), self.staging / name / "part-0.parquet")
+        self.counts[name] = table.num_rows
 
     def publish(self, manifest: dict) -> Path:
         """Close every file, write the manifest, and move the run into ``runs/`` in one rename."""
