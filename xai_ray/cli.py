@@ -70,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="png/svg: also write every chart as an image file into --charts-dir")
     rep.add_argument("--charts-dir", dest="charts_dir", help="default: <out without .html>-charts/")
 
+    exp = sub.add_parser("explain", help="one review in depth: every layer's and head's attention, one HTML page")
+    exp.add_argument("text", nargs="?", help="the review to explain (or --store with --doc-id)")
+    exp.add_argument("--model", help="Hub id, local model folder, or 'minilm' (default with --doc-id: the run's)")
+    exp.add_argument("--store", help="a store holding the review (with --doc-id)")
+    exp.add_argument("--doc-id", dest="doc_id", help="the stored review's id")
+    exp.add_argument("--run", dest="run_id", help="the run it was scored in (default: the newest)")
+    exp.add_argument("--out", required=True, help="the HTML page to write")
+    exp.add_argument("--max-length", type=int, dest="max_length", help="tokens kept (default 256; --doc-id: the run's)")
+    exp.add_argument("--methods", help="comma-separated (default raw,rollout,flow; --doc-id: the run's)")
+
     fine = sub.add_parser("finetune", help="fine-tune a classifier on Ray Train into a model folder")
     fine.add_argument("--config", help="YAML config (flags and --set override it)")
     fine.add_argument("--base", help="Hub id, local model folder, or 'minilm' (packaged weights)")
@@ -165,6 +175,32 @@ def cmd_finetune(args) -> int:
     return 0
 
 
+def cmd_explain(args) -> int:
+    from xai_ray import explain
+
+    if (args.text is None) == (args.doc_id is None):
+        raise ConfigError("explain takes a review text or --store with --doc-id, exactly one of them")
+    if args.doc_id is not None:
+        if not args.store:
+            raise ConfigError("--doc-id needs --store, the store holding the review")
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+        out = explain.explain_stored(args.store, args.doc_id, args.out, args.run_id, args.model, args.max_length,
+                                     methods)
+    else:
+        if not args.model:
+            raise ConfigError("explain needs --model for a text given on the command line")
+        methods = [m.strip() for m in (args.methods or ",".join(explain.DEFAULT_METHODS)).split(",") if m.strip()]
+        from xai_ray.config import resolve
+
+        # the run config's own checks: known methods, a sane max_length
+        cfg = resolve(None, {"model": args.model, "methods": ",".join(methods),
+                             "max_length": args.max_length or explain.DEFAULT_MAX_LENGTH})
+        out = explain.explain_text(args.text, args.model, args.out, cfg.max_length, cfg.methods,
+                                   cfg.attention_options)
+    print(out)
+    return 0
+
+
 def _print(frame, fmt: str) -> None:
     if fmt == "csv":
         frame.to_csv(sys.stdout, index=False)
@@ -177,7 +213,8 @@ def _print(frame, fmt: str) -> None:
             print(frame.to_string(index=False) if not frame.empty else "(no rows)")
 
 
-COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "finetune": cmd_finetune}
+COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "finetune": cmd_finetune,
+            "explain": cmd_explain}
 
 if __name__ == "__main__":
     sys.exit(main())

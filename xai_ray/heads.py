@@ -101,6 +101,11 @@ class HeadCollector:
         sums[..., norm] = sums[..., STATISTICS.index("entropy")] / log_n[:, None, None]
         return sums
 
+    def attention(self, doc: int) -> torch.Tensor:
+        """(L, H, R, m) every head's kept rows of a sampled document (all of them when
+        ``sample_rows`` >= its length): what the single-review explorer draws."""
+        return torch.stack([self.kept[(layer, doc)] for layer in range(len(self.layers))]).cpu()
+
     def similarity(self) -> dict[int, tuple[torch.Tensor, int]]:
         """Per sampled document: ((P, P) JSD sums over its kept rows, rows), P = L x H heads."""
         out = {}

@@ -53,9 +53,12 @@ def normalise(word_scores: np.ndarray) -> np.ndarray:
 
 
 def merge_attention(attention: np.ndarray, index: np.ndarray, n_words: int) -> np.ndarray:
-    """(n, n) token attention -> (W, W) word attention: to = sum over pieces, from = mean."""
+    """(..., n, n) token attention -> (..., W, W) word attention: to = sum over pieces, from = mean.
+
+    Leading axes (layers, heads) are kept, so one call merges every head of a review.
+    """
     keep = index >= 0
-    onehot = np.zeros((attention.shape[0], n_words))
+    onehot = np.zeros((attention.shape[-1], n_words))
     onehot[np.nonzero(keep)[0], index[keep]] = 1.0  # (n, W)
     to_words = attention @ onehot  # (n, W): sum of columns per word
     counts = onehot.sum(axis=0)  # (W,)
