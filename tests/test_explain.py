@@ -1,0 +1,171 @@
+"""`xai-ray explain`: the page carries every head's attention (checked against an eager forward
+pass), word-level maps follow Clark et al.'s rules, the CLI reads stored reviews, and the page
+renders in headless Chromium offline with a hostile review left as text."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from xai_ray import cli, explain, pipeline
+from xai_ray.config import resolve
+from xai_ray.model import load_model
+from xai_ray.scoring import Scorer
+from xai_ray.words import merge_attention
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+HOSTILE = "<script>document.title='PWNED'</script> the film was <img src=x onerror=\"document.title='PWNED'\"> unbelievable, good!"
+FAMILY = "bert"
+
+
+def page_data(page: str) -> dict:
+    found = re.search(r'<script type="application/json" id="xai-data">(.*?)</script>', page, re.S)
+    assert found
+    return json.loads(found.group(1))
+
+
+def decoded(b64: str, shape) -> np.ndarray:
+    raw = np.frombuffer(base64.b64decode(b64), dtype="<u2").astype(np.float64) / 65535
+    return (raw ** 2).reshape(shape)
+
+
+@pytest.fixture(scope="module")
+def page_file(tiny_model_factory, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("explain") / "page.html"
+    return explain.explain_text(HOSTILE, tiny_model_factory(FAMILY), out, max_length=64)
+
+
+def test_page_holds_every_heads_attention(page_file, tiny_model_factory):
+    page = page_file.read_text()
+    data = page_data(page)
+    loaded = load_model(tiny_model_factory(FAMILY), attn_implementation="eager")
+    encoding = loaded.tokenizer(HOSTILE, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        attention = torch.stack(loaded.model(**encoding, output_attentions=True).attentions)[:, 0].numpy()
+    n = attention.shape[-1]
+    assert data["tokens"] == loaded.tokenizer.convert_ids_to_tokens(encoding["input_ids"][0])
+    assert (data["layers"], data["heads"]) == attention.shape[:2] == (2, 2)
+    got = decoded(data["token_attention"], attention.shape)
+    np.testing.assert_allclose(got, attention, atol=1e-4)  # sqrt-uint16 steps: < 3e-5 near 1
+
+    # words: [CLS] and [SEP] stay their own words; "unbelievable" is un ##believ ##able
+    word_ids = encoding.word_ids(0)
+    groups: list[list[int]] = []
+    for position, wid in enumerate(word_ids):
+        if wid is not None and position > 0 and word_ids[position - 1] == wid:
+            groups[-1].append(position)
+        else:
+            groups.append([position])
+    assert len(data["words"]) == len(groups) and data["words"][0] == "[CLS]" and data["words"][-1] == "[SEP]"
+    assert "unbelievable" in data["words"] and max(len(g) for g in groups) == 3
+    words = decoded(data["word_attention"], (2, 2, len(groups), len(groups)))
+    for a, rows in enumerate(groups):
+        for b, columns in enumerate(groups):
+            expected = np.mean([attention[..., i, columns].sum(-1) for i in rows], axis=0)  # (L, H)
+            np.testing.assert_allclose(words[..., a, b], expected, atol=1e-4)
+    np.testing.assert_allclose(words.sum(-1), 1.0, atol=1e-3)  # nothing dropped: rows still sum to 1
+    assert n == len(data["tokens"])
+
+
+def test_merge_attention_keeps_leading_axes():
+    rng = np.random.default_rng(0)
+    attention = rng.random((3, 2, 5, 5))
+    index = np.array([-1, 0, 0, 1, -1])
+    batched = merge_attention(attention, index, 2)
+    assert batched.shape == (3, 2, 2, 2)
+    for layer in range(3):
+        for head in range(2):
+            np.testing.assert_allclose(batched[layer, head], merge_attention(attention[layer, head], index, 2))
+    # word 0 = positions 1, 2; word 1 = position 3: to = sum of columns, from = mean of rows
+    expected = (attention[0, 0, 1, 1] + attention[0, 0, 1, 2] + attention[0, 0, 2, 1] + attention[0, 0, 2, 2]) / 2
+    assert batched[0, 0, 0, 0] == pytest.approx(expected)
+
+
+def test_page_is_self_contained_and_escapes_the_review(page_file):
+    page = page_file.read_text()
+    assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?(https?:)?//""", page)
+    markup = re.sub(r"<script.*?</script>", "", page, flags=re.S)
+    assert "<img" not in markup and "document.title='PWNED'</script>" not in page
+    assert "&lt;script&gt;document.title=&#x27;PWNED&#x27;&lt;/script&gt;" in re.sub(r"</?span[^>]*>", "", markup)
+    for section in ("summary", "highlights", "attention", "curves", "head-statistics"):
+        assert f"<section id='{section}'>" in page
+    assert page.count("vegaEmbed('#chart-") == 3
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tiny_model_factory, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("explain-store")
+    cfg = resolve(None, {"model": tiny_model_factory(FAMILY), "max_length": 24, "store": str(root / "store"),
+                         "methods": "raw,rollout"})
+    texts = ["the film was good", HOSTILE, "a bad movie, very boring"]
+    rows = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})({"doc_id": ["a", "b<i>", "c"], "text": texts,
+                                                         "label": [1, 0, 0]})
+    pipeline.write([rows], cfg, "r1", n_input=3)
+    return Path(cfg.store)
+
+
+def test_cli_explains_a_stored_review_as_its_run_scored_it(tiny_store, tmp_path, capsys):
+    out = tmp_path / "doc.html"
+    assert cli.main(["explain", "--store", str(tiny_store), "--doc-id", "b<i>", "--out", str(out)]) == 0
+    page = out.read_text()
+    data = page_data(page)
+    assert len(data["tokens"]) == 24  # the run's max_length cut the review
+    assert "b&lt;i&gt;" in page and "<i>" not in re.sub(r"<script.*?</script>", "", page, flags=re.S)
+    assert "run r1 of store" in page and "rollout, layer 2" in page and "flow, layer" not in page
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "--out", "x.html"], "exactly one of them"),
+    (["explain", "some text", "--out", "x.html"], "needs --model"),
+    (["explain", "--doc-id", "a", "--out", "x.html"], "needs --store"),
+    (["explain", "--store", "STORE", "--doc-id", "zzz", "--out", "x.html"], "no document 'zzz' in run 'r1'"),
+    (["explain", "   ", "--model", "MODEL", "--out", "x.html"], "empty"),
+    (["explain", "text", "--model", "MODEL", "--methods", "raw,nope", "--out", "x.html"], "unknown method"),
+])
+def test_cli_mistakes_are_one_sentence(tiny_store, tiny_model_factory, tmp_path, capsys, argv, message):
+    argv = [a.replace("STORE", str(tiny_store)).replace("MODEL", tiny_model_factory(FAMILY))
+            .replace("x.html", str(tmp_path / "x.html")) for a in argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("xai-ray: ") and message in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test.sh installs it)")
+def test_page_renders_in_headless_chromium(page_file, tmp_path):
+    net_log = tmp_path / "net.json"
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic",
+            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+            "--virtual-time-budget=15000", f"--log-net-log={net_log}"]
+    dom = subprocess.run([*base, "--dump-dom", page_file.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line and "source: file://" in line]
+    assert console == [], console
+    html = dom.stdout
+    assert 'data-ready="1"' in html  # the explorer's script ran to its end
+    assert 'data-drawn="4"' in html  # model view: 2 layers x 2 heads
+    assert html.count("<option") == 2 + 3  # layers; mean + heads
+    assert 'id="pick-layer"' in html and 'id="pick-head"' in html and 'type="radio"' in html
+    charts = re.split(r"<div class=\"chart[^\"]*\" id=\"chart-\d\"", html)[1:]
+    assert len(charts) == 3 and all("<svg" in c.split("</section>")[0] for c in charts)
+    assert "<title>xai-ray explain: review</title>" in html  # the hostile review's handlers never ran
+    markup = re.sub(r"<script.*?</script>", "", html, flags=re.S)
+    assert "<img" not in markup and "PWNED</title>" not in markup
+    strip = re.search(r'<div id="tokens" class="tokens">(.*?)</div>', markup, re.S).group(1)
+    spans = re.findall(r"<span[^>]*>(.*?)</span>", strip)
+    assert spans[0] == "[CLS]" and "&lt;" in spans and "script" in spans and "img" in spans  # as text
+    events = json.loads(net_log.read_text()).get("events", [])
+    requests = [e["params"]["url"] for e in events
+                if "file://" in str(e.get("params", {}).get("network_isolation_key", "")) and "url" in e["params"]]
+    assert [u for u in requests if not u.startswith("file:")] == []
