@@ -44,7 +44,7 @@ def heads(ctx):
 def head_points(stats: pd.DataFrame, similarity: pd.DataFrame) -> pd.DataFrame:
     """The heads' 2-D coordinates: classical MDS of the mean JSD, read as a squared distance
     (sqrt(JSD) is a metric), joined to their statistics and behaviour."""
-    keys = list(zip(stats.layer, stats.head))
+    keys = list(zip(stats["layer"], stats["head"]))
     position = {key: i for i, key in enumerate(keys)}
     squared = np.zeros((len(keys), len(keys)))
     for row in similarity.itertuples():
