@@ -269,3 +269,34 @@ def test_ray_run_merges_actor_sums_into_the_heads_view(tmp_path):
     assert int(pairs.n_rows[0]) == jsd_rows
     got = pairs.sort_values(["layer_a", "head_a", "layer_b", "head_b"]).jsd.to_numpy().reshape(72, 72)
     np.testing.assert_allclose(got, jsd / jsd_rows, atol=1e-6)
+
+
+def test_eager_fallback_gives_the_same_statistics(tiny_model_factory, scorer_factory):
+    """A model without the capture's attention function (eager) goes through output_attentions;
+    the statistics come out the same as from the capture's blocks."""
+    from xai_ray.heads import HeadCollector, position_masks
+
+    scorer = scorer_factory("roberta")
+    eager = load_model(tiny_model_factory("roberta"), attn_implementation="eager")
+    encoding = scorer.tokenizer(TEXTS, truncation=True, max_length=32, padding=True, return_tensors="pt")
+    lengths = encoding["attention_mask"].sum(dim=1).tolist()
+    got = []
+    for model in (scorer.model, eager.model):
+        collector = HeadCollector(lengths, position_masks(encoding["input_ids"], scorer.tokenizer), [True] * 5, 6)
+        capture.forward_with_attention(model, dict(encoding), heads=collector)
+        got.append((collector.statistics().numpy(), collector.similarity()[4][0].numpy()))
+    np.testing.assert_allclose(got[0][0], got[1][0], atol=2e-5, rtol=1e-5)  # fp32 sums over rows
+    np.testing.assert_allclose(got[0][1], got[1][1], atol=2e-5)
+
+
+def test_head_columns_survive_the_deferred_flow_stage(scorer_factory):
+    from xai_ray.scoring import DeferredMethods
+
+    config = {"model": "unused", "max_length": 32, "methods": ["raw", "flow"], "deferred_methods": ["flow"]}
+    scorer = scorer_factory("bert", methods=("raw", "flow"), deferred_methods=("flow",))
+    rows = scorer({"doc_id": ["a", "b"], "text": TEXTS[:2], "label": [1, 0], "heads_sample": np.array([True, False])})
+    assert "attention" in rows.column_names
+    done = DeferredMethods(config)(rows)
+    assert "attention" not in done.column_names and done.column("scores_flow").null_count == 0
+    for column in ("heads", "head_jsd", "head_jsd_rows"):
+        assert done.column(column).to_pylist() == rows.column(column).to_pylist()
