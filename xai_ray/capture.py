@@ -125,9 +125,10 @@ def _attend_and_fuse(query, key, value, scaling, collector, output) -> torch.Ten
         rows = max(1, BLOCK_BYTES // max(1, heads * length * 4))
         for start in range(0, length, rows):
             stop = min(start + rows, length)
-            probs = torch.matmul(q[:, start:stop], k_t).softmax(dim=-1)  # (H, r, m)
+            scores = torch.matmul(q[:, start:stop], k_t)  # (H, r, m)
+            probs = scores.softmax(dim=-1)  # (H, r, m)
             if collector.heads is not None:
-                collector.heads.block(len(collector.layers), b, start, probs)
+                collector.heads.block(len(collector.layers), b, start, probs, scores)
             if output is not None:
                 output[b, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (H, r, d)
             target = fused[b, start:stop, :length]  # (r, m) view

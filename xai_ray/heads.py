@@ -27,6 +27,7 @@ import torch
 from xai_ray.head_summary import N_STATS, STATISTICS
 
 MASKS = ("cls", "sep", "punct")  # key-position masks, in this order, columns of ``HeadCollector.masks``
+TINY = 1e-30  # log(0) guard: 0 * log(TINY) = 0, as 0 log 0 is taken to be
 WORD_MARKERS = ("##", "Ġ", "▁", "Ċ")  # WordPiece continuation, byte-level BPE and SentencePiece spaces
 
 
@@ -72,8 +73,9 @@ class HeadCollector:
         self.layers: list[torch.Tensor] = []  # L x (B, H, N_STATS) float64 sums
         self.kept: dict[tuple[int, int], torch.Tensor] = {}  # (layer, doc) -> (H, R, m) first rows
 
-    def block(self, layer: int, doc: int, start: int, probs: torch.Tensor) -> None:
-        """Add one block of query rows ``start:start+r`` of document ``doc``: probs (H, r, m)."""
+    def block(self, layer: int, doc: int, start: int, probs: torch.Tensor, scores: torch.Tensor | None = None) -> None:
+        """Add one block of query rows ``start:start+r`` of document ``doc``: probs (H, r, m) and,
+        when the caller has them, the scaled scores they came from (a cheaper exact entropy)."""
         heads, rows, length = probs.shape
         while len(self.layers) <= layer:
             # on the probabilities' device: no host sync per block on a GPU
@@ -82,7 +84,7 @@ class HeadCollector:
         if self.masks.device != probs.device:
             self.masks = self.masks.to(probs.device)
         masks = self.masks[doc, :length]  # (m, 3)
-        self.layers[layer][doc] += block_statistics(probs, start, masks).double()  # (H, N_STATS)
+        self.layers[layer][doc] += block_statistics(probs, start, masks, scores).double()  # (H, N_STATS)
         if self.sample[doc] and start < self.sample_rows:
             keep = probs[:, : self.sample_rows - start].float()  # (H, r', m)
             previous = self.kept.get((layer, doc))
@@ -117,22 +119,32 @@ class HeadCollector:
         return out
 
 
-def block_statistics(probs: torch.Tensor, start: int, masks: torch.Tensor) -> torch.Tensor:
-    """probs (H, r, m): query rows start..start+r-1 of every head; masks (m, 3) -> (H, N_STATS) sums."""
-    heads, rows, length = probs.shape
+def block_statistics(probs: torch.Tensor, start: int, masks: torch.Tensor,
+                     scores: torch.Tensor | None = None) -> torch.Tensor:
+    """probs (H, r, m): query rows start..start+r-1 of every head; masks (m, 3) -> (H, N_STATS) sums.
+
+    With the scores (H, r, m) behind probs = softmax(scores), a row's entropy is
+    log Z - sum(p * s), and log Z = s_max - log p_max (p_j = exp(s_j) / Z for any j; the largest
+    never underflows): two max-reductions and a log per row instead of a log per probability.
+    Every reduction here is one light pass over the block (about a seventh of the block's
+    attention work on a CPU, measured by bench/heads.py).
+    """
+    heads = probs.shape[0]
     out = torch.zeros(heads, N_STATS, dtype=torch.float32, device=probs.device)
-    entropy = -torch.special.xlogy(probs, probs).sum(dim=-1)  # (H, r)
+    if scores is not None:
+        log_z = scores.amax(dim=-1) - probs.amax(dim=-1).log()  # (H, r); the max of both sits at one key
+        entropy = log_z - torch.linalg.vecdot(probs, scores, dim=-1)  # (H, r), no (H, r, m) temporary
+    else:
+        entropy = -(probs * probs.clamp_min(TINY).log()).sum(dim=-1)  # (H, r); 0 log 0 = 0
     out[:, 0] = entropy.sum(dim=1)
     if start == 0:
         out[:, 2] = entropy[:, 0]  # the [CLS] row
-    out[:, 3:6] = torch.matmul(probs, masks).sum(dim=1)  # (H, 3): mass on cls, sep, punct keys
-    row = torch.arange(rows, device=probs.device)
-    column = row + start  # the query's own position
-    out[:, 6] = probs[:, row, column].sum(dim=1)
-    has_prev = column >= 1
-    out[:, 7] = probs[:, row[has_prev], column[has_prev] - 1].sum(dim=1)
-    has_next = column + 1 < length
-    out[:, 8] = probs[:, row[has_next], column[has_next] + 1].sum(dim=1)
+    out[:, 3:6] = probs.sum(dim=1) @ masks  # (H, 3): mass on cls, sep, punct keys (rows summed first: cheap)
+    # Row i of the block is position start + i: the same, previous and next keys are diagonals
+    # (views, no copies); row 0 of a document has no previous key, its last row no next one.
+    out[:, 6] = probs.diagonal(offset=start, dim1=1, dim2=2).sum(dim=-1)
+    out[:, 7] = probs.diagonal(offset=start - 1, dim1=1, dim2=2).sum(dim=-1)
+    out[:, 8] = probs.diagonal(offset=start + 1, dim1=1, dim2=2).sum(dim=-1)
     return out
 
 
@@ -144,11 +156,11 @@ def jsd_sums(heads: torch.Tensor) -> torch.Tensor:
     """
     heads = heads.float()
     count = heads.shape[0]
-    entropy = -torch.special.xlogy(heads, heads).sum(dim=-1)  # (P, R)
+    entropy = -(heads * heads.clamp_min(TINY).log()).sum(dim=-1)  # (P, R); 0 log 0 = 0
     out = torch.zeros(count, count, dtype=torch.float64)
     for i in range(count - 1):
         mixed = (heads[i : i + 1] + heads[i + 1 :]) / 2  # (P-i-1, R, m)
-        mixed_entropy = -torch.special.xlogy(mixed, mixed).sum(dim=-1)  # (P-i-1, R)
+        mixed_entropy = -(mixed * mixed.clamp_min(TINY).log()).sum(dim=-1)  # (P-i-1, R)
         divergence = (mixed_entropy - (entropy[i : i + 1] + entropy[i + 1 :]) / 2).clamp_min(0)  # (P-i-1, R)
         row = divergence.sum(dim=1).double().cpu()
         out[i, i + 1 :] = row
