@@ -197,7 +197,7 @@ def cmd_explain(args) -> int:
                              "max_length": args.max_length or explain.DEFAULT_MAX_LENGTH})
         out = explain.explain_text(args.text, args.model, args.out, cfg.max_length, cfg.methods,
                                    cfg.attention_options)
-    print(out)
+    print(f"{out} ({out.stat().st_size / 1e6:.1f} MB)")
     return 0
 
 
