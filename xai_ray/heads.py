@@ -27,7 +27,7 @@ import torch
 from xai_ray.head_summary import N_STATS, STATISTICS
 
 MASKS = ("cls", "sep", "punct")  # key-position masks, in this order, columns of ``HeadCollector.masks``
-TINY = 1e-30  # log(0) guard: 0 * log(TINY) = 0, as 0 log 0 is taken to be
+TINY = 1e-30  # log(0) guard: 0 * log(TINY) = 0, the convention 0 log 0 = 0
 WORD_MARKERS = ("##", "Ġ", "▁", "Ċ")  # WordPiece continuation, byte-level BPE and SentencePiece spaces
 
 
