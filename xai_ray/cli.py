@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--store")
     run.add_argument("--run-id", dest="run_id")
     run.add_argument("--no-report", dest="report", action="store_const", const=False)
+    run.add_argument("--evaluate", action="store_const", const=True,
+                     help="also measure faithfulness (comprehensiveness, sufficiency, rank correlation with "
+                          "leave-one-out and input x gradient) of every method into the faithfulness table")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets", help="override any config key")
 
     sql = sub.add_parser("sql", help="run SQL over the store's views (read-only)")
@@ -108,7 +111,8 @@ def cmd_run(args) -> int:
     from xai_ray import config, pipeline
 
     flags = {k: getattr(args, k) for k in ("data", "split", "limit", "model", "methods", "max_length",
-                                           "batch_size", "actors", "gpus_per_actor", "store", "run_id", "report")}
+                                           "batch_size", "actors", "gpus_per_actor", "store", "run_id", "report",
+                                           "evaluate")}
     cfg = config.resolve(args.config, flags, args.sets)
     result = pipeline.run(cfg)
     counts = result.manifest["counts"]

@@ -54,6 +54,10 @@ class RunConfig:
     report: bool = True
     top_k: int = 20
     extra: dict = field(default_factory=dict)
+    # faithfulness (--evaluate): perturbation metrics of every method on the scoring actors
+    evaluate: bool = False
+    evaluate_fractions: tuple[float, ...] = (0.05, 0.10, 0.20, 0.50)  # shares of tokens removed / kept
+    evaluate_share: float = 1.0  # share of documents evaluated, picked by a hash of doc_id
 
     def __post_init__(self) -> None:
         from xai_ray.methods import REGISTRY
@@ -83,14 +87,31 @@ class RunConfig:
             raise ConfigError(f"limit must be >= 1 when given, got {self.limit}")
         if self.actors < 0:
             raise ConfigError(f"actors must be >= 0 (0 picks automatically), got {self.actors}")
+        self._check_evaluation()
         if self.run_id is not None and not _safe_name(self.run_id):
             raise ConfigError(
                 f"run_id {self.run_id!r} may hold only letters, digits, '-', '_' and '.'"
             )
 
+    def _check_evaluation(self) -> None:
+        fractions = self.evaluate_fractions
+        if isinstance(fractions, (int, float)):
+            fractions = (fractions,)
+        try:
+            if isinstance(fractions, str):
+                fractions = fractions.split(",")
+            object.__setattr__(self, "evaluate_fractions", tuple(float(f) for f in fractions))
+        except (TypeError, ValueError):
+            raise ConfigError(f"evaluate_fractions must be a list of shares such as 0.05,0.1; got {fractions!r}") from None
+        if not self.evaluate_fractions or not all(0.0 < f <= 1.0 for f in self.evaluate_fractions):
+            raise ConfigError(f"evaluate_fractions must be shares in (0, 1], got {list(self.evaluate_fractions)}")
+        if not 0.0 < self.evaluate_share <= 1.0:
+            raise ConfigError(f"evaluate_share must be in (0, 1], got {self.evaluate_share}")
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["methods"] = list(self.methods)
+        out["evaluate_fractions"] = list(self.evaluate_fractions)
         return out
 
     @property

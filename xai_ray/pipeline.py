@@ -82,6 +82,7 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
     step = -(-table.num_rows // n_blocks)
     dataset = ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)])
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
+    defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     deferred = [m for m in cfg.methods if m == "flow"] if defer else []
     config = {**cfg.to_dict(), "gpus_per_actor": gpus, "deferred_methods": deferred}
     scored = dataset.map_batches(

@@ -1,4 +1,5 @@
-"""DuckDB over the store: views ``runs``, ``docs``, ``tokens``, ``words``, ``errors``, and named queries.
+"""DuckDB over the store: views ``runs``, ``docs``, ``tokens``, ``words``, ``errors``, ``faithfulness``,
+and named queries.
 
 The connection is in memory and sandboxed once the views exist: it can read only the store's
 folder, cannot write files, attach databases or install extensions, and its settings are locked.
@@ -16,15 +17,17 @@ import pyarrow as pa
 from xai_ray import store as store_layout
 
 SQL_DIR = Path(__file__).parent / "sql"
-TABLES = ("docs", "errors", "tokens", "words")
+TABLES = ("docs", "errors", "tokens", "words", "faithfulness")
 PARTITIONS = {
     "docs": {"run_id": pa.string()},
     "errors": {"run_id": pa.string()},
     "tokens": {"run_id": pa.string(), "method": pa.string(), "layer": pa.int32()},
     "words": {"run_id": pa.string(), "method": pa.string(), "layer": pa.int32()},
+    "faithfulness": {"run_id": pa.string()},
 }
 SCHEMAS = {"docs": store_layout.DOCS, "errors": store_layout.ERRORS,
-           "tokens": store_layout.TOKENS, "words": store_layout.WORDS}
+           "tokens": store_layout.TOKENS, "words": store_layout.WORDS,
+           "faithfulness": store_layout.FAITHFULNESS}
 
 
 class QueryError(ValueError):

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from xai_ray.evaluation import FAITHFULNESS_FIELDS
 from xai_ray.methods import AttentionOptions, get_method
 from xai_ray.words import merge_scores, normalise, word_index, word_texts
 
@@ -36,6 +37,7 @@ ROW_FIELDS = [
     pa.field("error", pa.string()),
     pa.field("model_fingerprint", pa.string()),
     pa.field("seconds", pa.map_(pa.string(), pa.float64())),  # per stage, for the manifest's timings
+    *FAITHFULNESS_FIELDS,  # filled when the run evaluates (--evaluate), else null
 ]
 
 
@@ -139,6 +141,7 @@ class Scorer:
         self.deferred = set(config.get("deferred_methods") or [])
         self.schema = row_schema(list(self.methods), with_attention=bool(self.deferred))
         self.pid = os.getpid()
+        self.evaluator = self._evaluator(config)
         self.fallbacks = 0  # batches that had to be re-scored one document at a time
 
     def __call__(self, batch: dict) -> pa.Table:
@@ -247,7 +250,21 @@ class Scorer:
             if self.deferred:
                 row["attention"] = doc_attention.astype(np.float32).ravel()  # for the CPU stage
             rows.append(row)
+        if self.evaluator is not None:
+            self.evaluator.add_metrics(rows, model_inputs["input_ids"], model_inputs["attention_mask"])
         return rows
+
+    def _evaluator(self, config: dict):
+        """The faithfulness stage (``--evaluate``), run here because this actor holds the model."""
+        if not config.get("evaluate"):
+            return None
+        from xai_ray.evaluation import Evaluator
+        from xai_ray.faithfulness import FRACTIONS
+
+        return Evaluator(self.model, self.tokenizer, self.device, self.token_budget,
+                         [m for m in self.methods if m not in self.deferred],
+                         fractions=config.get("evaluate_fractions") or FRACTIONS,
+                         seed=config.get("seed", 0), share=config.get("evaluate_share", 1.0))
 
     def _error_row(self, doc_id, label, reason: str) -> dict:
         return {"doc_id": doc_id, "label": label, "error": reason, "model_fingerprint": self.info["fingerprint"]}

@@ -7,6 +7,7 @@ Layout (private; the SQL views in ``query`` are the public interface)::
     STORE/runs/run_id=<id>/errors/part-0.parquet
     STORE/runs/run_id=<id>/tokens/method=<m>/layer=<l>/part-0.parquet
     STORE/runs/run_id=<id>/words/method=<m>/layer=<l>/part-0.parquet
+    STORE/runs/run_id=<id>/faithfulness/part-0.parquet   (runs with --evaluate)
     STORE/_staging/run_id=<id>/...            (a run being written; never read by the views)
 
 Partitioning by method and layer lets a top-k over one slice read one file; rows are buffered
@@ -39,6 +40,12 @@ WORDS = pa.schema([
     ("score", pa.float32()), ("raw_score", pa.float32()),
 ])
 ERRORS = pa.schema([("doc_id", pa.string()), ("stage", pa.string()), ("reason", pa.string())])
+# Long form, one row per (document, method, layer, metric); layer is null for the baselines
+# (input_x_gradient, random) and value null where a metric is undefined (see faithfulness.py).
+FAITHFULNESS = pa.schema([
+    ("doc_id", pa.string()), ("method", pa.string()), ("layer", pa.int32()), ("metric", pa.string()),
+    ("value", pa.float64()),
+])
 ROW_GROUP_ROWS = 256_000
 
 
@@ -116,7 +123,8 @@ class RunWriter:
             folder = self.staging / table
             if table in ("tokens", "words"):
                 folder = folder / f"method={parts[0]}" / f"layer={parts[1]}"
-            schema = {"docs": DOCS, "errors": ERRORS, "tokens": TOKENS, "words": WORDS}[table]
+            schema = {"docs": DOCS, "errors": ERRORS, "tokens": TOKENS, "words": WORDS,
+                      "faithfulness": FAITHFULNESS}[table]
             self.files[key] = _Buffered(folder / "part-0.parquet", schema)
         return self.files[key]
 
@@ -132,6 +140,7 @@ class RunWriter:
             self.counts["errors"] += len(failed)
         if not scored:
             return
+        self._write_faithfulness(scored)
         self._file("docs").add(pa.table({
             "doc_id": [r["doc_id"] for r in scored], "label": [r["label"] for r in scored],
             "pred": [r["pred"] for r in scored],
@@ -157,6 +166,23 @@ class RunWriter:
                      pa.array(np.concatenate([s[layer] for s in word_raw]))], schema=WORDS))
                 self.counts["tokens"] += len(layer_tokens)
                 self.counts["words"] += len(words[0])
+
+    def _write_faithfulness(self, scored: list[dict]) -> None:
+        """The evaluation's metric rows, and its per-document failures as ``evaluate`` errors."""
+        failed = [r for r in scored if r.get("evaluate_error")]
+        if failed:
+            self._file("errors").add(pa.table({
+                "doc_id": [r["doc_id"] for r in failed], "stage": ["evaluate"] * len(failed),
+                "reason": [r["evaluate_error"] for r in failed]}, schema=ERRORS))
+            self.counts["evaluate_errors"] = self.counts.get("evaluate_errors", 0) + len(failed)
+        metrics = [(r["doc_id"], m) for r in scored for m in r.get("faithfulness") or []]
+        if not metrics:
+            return
+        self._file("faithfulness").add(pa.table({
+            "doc_id": [doc_id for doc_id, _ in metrics], "method": [m["method"] for _, m in metrics],
+            "layer": [m["layer"] for _, m in metrics], "metric": [m["metric"] for _, m in metrics],
+            "value": [m["value"] for _, m in metrics]}, schema=FAITHFULNESS))
+        self.counts["faithfulness"] = self.counts.get("faithfulness", 0) + len(metrics)
 
     def publish(self, manifest: dict) -> Path:
         """Close every file, write the manifest, and move the run into ``runs/`` in one rename."""
