@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,7 @@ from conftest import build_wordpiece_tokenizer
 
 from xai_ray import faithfulness as fm
 from xai_ray.config import ConfigError, resolve
+from xai_ray.report import load_definition
 from xai_ray.scoring import Scorer
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
@@ -221,6 +225,32 @@ def test_random_floor_sits_below_the_methods(decided):
     assert (aopc[aopc.method == "random"].value < 0.7).any()  # the floor really is random here
 
 
+def test_a_failed_evaluation_is_an_error_row_and_the_scores_stay(decided, tmp_path, monkeypatch):
+    from xai_ray import pipeline
+
+    scorer, _ = decided
+    bad = build_wordpiece_tokenizer().convert_tokens_to_ids("boring")
+    honest = scorer.evaluator.predict
+
+    def predict(inputs):
+        if any(bad in ids for ids in inputs):
+            raise RuntimeError("out of memory")
+        return honest(inputs)
+
+    monkeypatch.setattr(scorer.evaluator, "predict", predict)
+    rows = scorer({"doc_id": ["ok", "hurt"], "text": ["the film was good", "a boring film"], "label": [1, 0]})
+    cfg = resolve(None, {"store": str(tmp_path), "methods": "raw,rollout,flow", "evaluate": True})
+    _, manifest = pipeline.write([rows], cfg, "e1", n_input=2, model={"n_layers": 2})
+    from xai_ray.query import open_store
+
+    con = open_store(tmp_path)
+    errors = con.execute("select doc_id, stage, reason from errors").fetchall()
+    assert errors == [("hurt", "evaluate", "evaluation failed: RuntimeError: out of memory")]
+    assert sorted(con.execute("select doc_id from docs").fetchall()) == [("hurt",), ("ok",)]
+    assert con.execute("select distinct doc_id from faithfulness").fetchall() == [("ok",)]
+    assert manifest["counts"]["evaluate_errors"] == 1 and manifest["counts"]["errors"] == 0
+
+
 # --------------------------------------------------------------------------- independent recomputation
 
 
@@ -248,7 +278,7 @@ def independent_metrics(model, tokenizer, text, max_length, rankings, fractions)
     try:
         logits = model(input_ids=torch.tensor([ids])).logits[0]
         embedded = captured["e"]
-        (grad,) = torch.autograd.grad(logits[c], embedded)
+        (grad,) = torch.autograd.grad(logits[c] - torch.logsumexp(logits, 0), embedded)  # d log p_c
     finally:
         hook.remove()
     gradient = (embedded * grad).sum(-1)[0].detach().numpy()
@@ -315,12 +345,16 @@ def evaluated_store(tmp_path_factory, tiny_bert_dir):
         root / "corpus.parquet")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
-        status = cli.main(["run", "--data", str(root / "corpus.parquet"), "--model", tiny_bert_dir, "--methods",
-                           "raw,rollout,flow", "--max-length", "32", "--actors", "2", "--store",
-                           str(root / "store"), "--run-id", "ev", "--evaluate", "--set", "batch_size=2"])
+        common = ["run", "--data", str(root / "corpus.parquet"), "--model", tiny_bert_dir, "--methods",
+                  "raw,rollout,flow", "--max-length", "32", "--actors", "2", "--store", str(root / "store"),
+                  "--set", "batch_size=2"]
+        assert cli.main([*common, "--run-id", "ev", "--evaluate"]) == 0
+        # the same run published without --evaluate, then evaluated after the fact
+        assert cli.main([*common, "--run-id", "later"]) == 0
+        assert cli.main(["evaluate", "--store", str(root / "store"), "--run", "later"]) == 0
+        assert cli.main(["evaluate", "--store", str(root / "store"), "--run", "later"]) == 2  # only once
     finally:
         ray.shutdown()
-    assert status == 0
     return root / "store"
 
 
@@ -348,6 +382,25 @@ def test_pipeline_writes_the_faithfulness_view(evaluated_store):
 
 @pytest.mark.ray
 @pytest.mark.slow
+def test_evaluating_a_published_run_later_gives_the_same_metrics(evaluated_store):
+    from xai_ray.query import open_store
+
+    con = open_store(evaluated_store)
+    key = ["doc_id", "method", "layer", "metric"]
+    at_run = con.execute("select * from faithfulness where run_id = 'ev'").df().fillna({"layer": 0}).set_index(key)
+    later = con.execute("select * from faithfulness where run_id = 'later'").df().fillna({"layer": 0}).set_index(key)
+    assert len(later) == len(at_run) == 8 * (3 * 2 * 12 + 11 + 12)
+    joined = at_run.join(later, lsuffix="_run", rsuffix="_later")
+    np.testing.assert_allclose(joined.value_later, joined.value_run, atol=1e-6)
+    manifest = json.loads((evaluated_store / "runs" / "run_id=later" / "manifest.json").read_text())
+    assert manifest["config"]["evaluate"] is True and manifest["counts"]["faithfulness"] == len(later)
+    assert manifest["timings"]["actor_seconds"]["evaluate"] > 0 and manifest["evaluated_at"]
+    page = (evaluated_store / "runs" / "run_id=later" / "report.html").read_text()
+    assert "<section id='faithfulness'>" in page  # the run's own report was rebuilt with the section
+
+
+@pytest.mark.ray
+@pytest.mark.slow
 def test_report_section_from_the_evaluated_run(evaluated_store):
     from xai_ray.query import open_store, run_named
     from xai_ray.report import build_report
@@ -365,3 +418,54 @@ def test_report_section_from_the_evaluated_run(evaluated_store):
         assert row.lo <= row.mean + 1e-12 and row.mean <= row.hi + 1e-12
     assert (summary.hi > summary.lo).any()
     assert bootstrap(values).equals(summary)  # seeded: the same intervals every time
+
+
+def test_charts_encode_layers_baselines_and_intervals():
+    from xai_ray import charts_faithfulness as charts
+
+    rows = []
+    for method, layers in (("raw", [1, 2]), ("rollout", [1, 2]), ("input_x_gradient", [None]), ("random", [None])):
+        for layer in layers:
+            for metric in HEADLINE + ["comprehensiveness@0.05", "comprehensiveness@0.50"]:
+                rows.append({"method": method, "layer": layer, "metric": metric, "mean": 0.3, "lo": 0.2, "hi": 0.4,
+                             "n_docs": 10})
+    summary = pd.DataFrame(rows)
+    spec = charts.by_layer(summary, HEADLINE, "t").to_dict()
+    assert spec["facet"]["field"] == "metric" and spec["facet"]["sort"] == HEADLINE
+    layers = spec["spec"]["layer"]
+    marks = [layer["mark"]["type"] if isinstance(layer["mark"], dict) else layer["mark"] for layer in layers]
+    assert marks == ["rect", "rule", "errorbar", "line"]
+    assert [layer["transform"][0]["filter"] for layer in layers] == ["datum.baseline"] * 2 + ["!datum.baseline"] * 2
+    assert layers[0]["encoding"]["y"]["field"] == "lo" and layers[0]["encoding"]["y2"]["field"] == "hi"
+    assert layers[3]["encoding"]["x"]["field"] == "layer"
+    data = spec["datasets"][spec["data"]["name"]]
+    assert {d["metric"] for d in data} == set(HEADLINE)  # per-fraction rows are not in this chart
+    assert [d["baseline"] for d in data if d["method"] == "random"] == [True] * 4
+    curves = summary[summary.metric.str.contains("@")].assign(
+        metric=lambda f: f.metric.str.split("@").str[0], fraction=lambda f: f.metric.str.split("@").str[1].astype(float))
+    spec = charts.by_fraction(curves, ["comprehensiveness", "sufficiency"], "t").to_dict()
+    assert spec["facet"]["column"]["field"] == "metric"
+    assert spec["spec"]["layer"][1]["encoding"]["x"]["field"] == "fraction"
+    assert spec["spec"]["layer"][0]["encoding"]["y2"]["field"] == "hi"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (scripts/test.sh installs it)")
+def test_faithfulness_section_renders_in_headless_chromium(evaluated_store, tmp_path):
+    from xai_ray.report import build_report
+
+    definition = {**load_definition(), "sections": ["summary", "faithfulness"]}
+    page = build_report(evaluated_store, "ev", tmp_path / "f.html", definition=definition)
+    dom = subprocess.run([shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu",
+                          "--disable-background-networking", "--no-first-run", f"--user-data-dir={tmp_path / 'p'}",
+                          "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000", "--dump-dom",
+                          page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line and "source: file://" in line]
+    assert console == [], console
+    section = dom.stdout.split('<section id="faithfulness">')[1].split("</section>")[0]
+    charts = re.split(r'<div class="chart[^"]*" id="chart-\d+"', section)[1:]
+    assert len(charts) == 2 and all("<svg" in chart and "<path" in chart for chart in charts)
+    assert "<table class=\"faithfulness\">" in section and section.count("<tr") == 1 + 3 * 2 + 2

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="png/svg: also write every chart as an image file into --charts-dir")
     rep.add_argument("--charts-dir", dest="charts_dir", help="default: <out without .html>-charts/")
 
+    ev = sub.add_parser("evaluate", help="add faithfulness metrics to a run published without --evaluate")
+    ev.add_argument("--store", default="store")
+    ev.add_argument("--run", dest="run_id", help="default: the newest run")
+    ev.add_argument("--share", type=float, help="share of documents evaluated, picked by a hash of doc_id")
+    ev.add_argument("--actors", type=int, help="default: the run's own setting")
+
     fine = sub.add_parser("finetune", help="fine-tune a classifier on Ray Train into a model folder")
     fine.add_argument("--config", help="YAML config (flags and --set override it)")
     fine.add_argument("--base", help="Hub id, local model folder, or 'minilm' (packaged weights)")
@@ -155,6 +161,18 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_evaluate(args) -> int:
+    from xai_ray.audit import evaluate_run
+
+    if args.share is not None and not 0.0 < args.share <= 1.0:
+        raise ConfigError(f"--share must be in (0, 1], got {args.share}")
+    manifest = evaluate_run(args.store, args.run_id, args.share, args.actors)
+    counts = manifest["counts"]
+    print(f"run {manifest['run_id']}: {counts['faithfulness']} faithfulness rows, {counts['evaluate_errors']} "
+          f"evaluation errors, {manifest['timings']['evaluate_s']} s")
+    return 0
+
+
 def cmd_finetune(args) -> int:
     from xai_ray import finetune
 
@@ -181,7 +199,8 @@ def _print(frame, fmt: str) -> None:
             print(frame.to_string(index=False) if not frame.empty else "(no rows)")
 
 
-COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "finetune": cmd_finetune}
+COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "finetune": cmd_finetune,
+            "evaluate": cmd_evaluate}
 
 if __name__ == "__main__":
     sys.exit(main())

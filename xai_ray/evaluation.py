@@ -18,6 +18,7 @@ from xai_ray.faithfulness import FRACTIONS, document_rankings, evaluate_document
 from xai_ray.gradients import input_x_gradient
 
 log = logging.getLogger("xai_ray.evaluation")
+GRADIENT_SHARE = 4  # a backward batch holds 1/4 of the forward token budget (activations are kept)
 
 FAITHFULNESS_FIELDS = [
     pa.field("faithfulness", pa.list_(pa.struct([
@@ -84,7 +85,7 @@ class Evaluator:
             return
         started = time.perf_counter()
         try:
-            gradients, _ = input_x_gradient(self.model, input_ids[picked], attention_mask[picked])  # (P, N)
+            gradients = self._gradients(input_ids, attention_mask, picked)  # (P, N)
         except Exception as err:  # recorded per row, the job goes on
             for b in picked:
                 rows[b]["evaluate_error"] = f"input x gradient failed: {type(err).__name__}: {err}"
@@ -100,6 +101,14 @@ class Evaluator:
                 row["evaluate_error"] = f"evaluation failed: {type(err).__name__}: {err}"
             row["seconds"] = {**(row.get("seconds") or {}), "gradient": gradient_s,
                               "evaluate": time.perf_counter() - started}
+
+    def _gradients(self, input_ids, attention_mask, picked: list[int]) -> np.ndarray:
+        """Input x gradient of the picked rows, one backward per chunk: a backward keeps every
+        layer's activations, so a chunk holds a quarter of the forward's token budget."""
+        rows = max(1, self.token_budget // (GRADIENT_SHARE * input_ids.shape[1]))
+        chunks = [input_x_gradient(self.model, input_ids[picked[i:i + rows]], attention_mask[picked[i:i + rows]])[0]
+                  for i in range(0, len(picked), rows)]
+        return np.concatenate(chunks)  # (P, N)
 
     def evaluate_row(self, row: dict, ids: np.ndarray, gradient: np.ndarray) -> list[dict]:
         n = row["n_tokens"]

@@ -13,7 +13,7 @@ model's argmax on the full input) and a ranking r of its real tokens (special to
                         ERASER divides the sum by |B| + 1 to count an empty bin worth 0, we do not
     leave-one-out       loo_j = p_c(x) - p_c(x with token j replaced by [MASK], or unk without a mask)
     spearman_loo        Spearman's rho between the method's scores and loo over the real tokens
-    spearman_grad       Spearman's rho between the method's scores and input x gradient
+    spearman_grad       Spearman's rho between the method's scores and input x gradient (of log p_c)
 
 "Without" drops the tokens from the sequence (the model sees a shorter input), "only" keeps the
 special tokens and the top-k in their original order. A rho is NaN (stored as null) when either

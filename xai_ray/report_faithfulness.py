@@ -68,10 +68,13 @@ def summary_of(ctx: Context) -> pd.DataFrame:
     """The bootstrap summary of the run: kept beside it, else computed and cached for keeping."""
     params = {"resamples": RESAMPLES, "seed": SEED}
     key = (SUMMARY, tuple(sorted(params.items())))
-    if key not in ctx.cache:
-        kept = read_aggregate(ctx.store, ctx.run_id, SUMMARY, params) if ctx.store else None
-        ctx.cache[key] = kept if kept is not None else bootstrap(ctx.query("report_faithfulness"), **params)
-    return ctx.cache[key]
+    if key in ctx.cache:
+        return ctx.cache[key]
+    kept = read_aggregate(ctx.store, ctx.run_id, SUMMARY, params) if ctx.store else None
+    summary = kept if kept is not None else bootstrap(ctx.query("report_faithfulness"), **params)
+    if not summary.empty:  # a run without --evaluate keeps nothing
+        ctx.cache[key] = summary
+    return summary
 
 
 def order_methods(methods: list[str], run_methods: list[str]) -> list[str]:
@@ -100,8 +103,16 @@ def faithfulness(ctx: Context) -> Section | None:
             "correlation of the token scores with leave-one-out importance (token replaced by the mask token) "
             "and with input x gradient (higher = agrees more). Dashed rules: the baselines, input x gradient "
             "and a seeded random ranking (the floor), shaded by their 95% interval. Intervals: percentile "
-            f"bootstrap over reviews, {RESAMPLES} resamples. " + _verdict(summary, ctx.last_layer, methods))
+            f"bootstrap over reviews, {RESAMPLES} resamples. " + _verdict(summary, ctx.last_layer, methods)
+            + _cost(ctx, n_docs))
     return Section("faithfulness", "Faithfulness of each method", note, items)
+
+
+def _cost(ctx: Context, n_docs: int) -> str:
+    """The evaluation's actor seconds per review (gradient + perturbed forwards), from the manifest."""
+    seconds = ctx.manifest.get("timings", {}).get("actor_seconds", {})
+    spent = seconds.get("evaluate", 0.0) + seconds.get("gradient", 0.0)
+    return f" Cost: {spent / max(n_docs, 1):.2f} actor-seconds per review." if spent else ""
 
 
 def _curves(summary: pd.DataFrame, last_layer: int) -> pd.DataFrame:

@@ -169,20 +169,13 @@ class RunWriter:
 
     def _write_faithfulness(self, scored: list[dict]) -> None:
         """The evaluation's metric rows, and its per-document failures as ``evaluate`` errors."""
-        failed = [r for r in scored if r.get("evaluate_error")]
-        if failed:
-            self._file("errors").add(pa.table({
-                "doc_id": [r["doc_id"] for r in failed], "stage": ["evaluate"] * len(failed),
-                "reason": [r["evaluate_error"] for r in failed]}, schema=ERRORS))
-            self.counts["evaluate_errors"] = self.counts.get("evaluate_errors", 0) + len(failed)
-        metrics = [(r["doc_id"], m) for r in scored for m in r.get("faithfulness") or []]
-        if not metrics:
-            return
-        self._file("faithfulness").add(pa.table({
-            "doc_id": [doc_id for doc_id, _ in metrics], "method": [m["method"] for _, m in metrics],
-            "layer": [m["layer"] for _, m in metrics], "metric": [m["metric"] for _, m in metrics],
-            "value": [m["value"] for _, m in metrics]}, schema=FAITHFULNESS))
-        self.counts["faithfulness"] = self.counts.get("faithfulness", 0) + len(metrics)
+        metrics, failed = faithfulness_tables(scored)
+        if failed.num_rows:
+            self._file("errors").add(failed)
+            self.counts["evaluate_errors"] = self.counts.get("evaluate_errors", 0) + failed.num_rows
+        if metrics.num_rows:
+            self._file("faithfulness").add(metrics)
+            self.counts["faithfulness"] = self.counts.get("faithfulness", 0) + metrics.num_rows
 
     def publish(self, manifest: dict) -> Path:
         """Close every file, write the manifest, and move the run into ``runs/`` in one rename."""
@@ -206,6 +199,41 @@ class RunWriter:
             if file.writer is not None:
                 file.writer.close()
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def faithfulness_tables(scored: list[dict]) -> tuple[pa.Table, pa.Table]:
+    """Scorer rows -> (faithfulness rows, ``evaluate`` error rows) in the store's schemas."""
+    failed = [r for r in scored if r.get("evaluate_error")]
+    errors = pa.table({"doc_id": [r["doc_id"] for r in failed], "stage": ["evaluate"] * len(failed),
+                       "reason": [r["evaluate_error"] for r in failed]}, schema=ERRORS)
+    metrics = [(r["doc_id"], m) for r in scored for m in r.get("faithfulness") or []]
+    table = pa.table({
+        "doc_id": [doc_id for doc_id, _ in metrics], "method": [m["method"] for _, m in metrics],
+        "layer": [m["layer"] for _, m in metrics], "metric": [m["metric"] for _, m in metrics],
+        "value": [m["value"] for _, m in metrics]}, schema=FAITHFULNESS)
+    return table, errors
+
+
+def add_faithfulness(store: str | Path, run_id: str, metrics: pa.Table, errors: pa.Table, manifest: dict) -> Path:
+    """Add an after-the-fact evaluation to a published run: its error rows, then the metrics
+    (appearing by one rename, so readers see all of them or none), then the updated manifest."""
+    run = run_dir(store, run_id)
+    if (run / "faithfulness").exists():
+        raise StoreError(f"run {run_id!r} already has faithfulness metrics")
+    if errors.num_rows:
+        temporary = run / "errors" / "part-evaluate.parquet.tmp"
+        pq.write_table(errors, temporary)
+        os.replace(temporary, run / "errors" / "part-evaluate.parquet")
+    staging = run / "_faithfulness.tmp"  # not read by the views: they read faithfulness/ only
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    pq.write_table(metrics.cast(FAITHFULNESS), staging / "part-0.parquet", compression="zstd",
+                   row_group_size=ROW_GROUP_ROWS)
+    os.rename(staging, run / "faithfulness")
+    temporary = run / "manifest.json.tmp"
+    temporary.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    os.replace(temporary, run / "manifest.json")
+    return run / "faithfulness"
 
 
 def _long_columns(rows: list[dict], kind: str) -> list[pa.Array]:
