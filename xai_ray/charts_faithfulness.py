@@ -23,7 +23,7 @@ def by_layer(summary: pd.DataFrame, metrics: list[str], title: str) -> alt.Facet
     error bars; the baselines (input x gradient, the random floor) as horizontal rules across
     the panel with their interval as a band."""
     frame = _with_kind(summary[summary["metric"].isin(metrics)])
-    color = alt.Color("method:N", title="method")
+    color = alt.Color("method:N", title="method", legend=alt.Legend(symbolOpacity=1))  # not the faint band's
     tooltip = ["method:N", "layer:O", "metric:N", alt.Tooltip("mean:Q", format=".4f"),
                alt.Tooltip("lo:Q", format=".4f", title="95% CI low"),
                alt.Tooltip("hi:Q", format=".4f", title="95% CI high"), "n_docs:Q"]
@@ -31,13 +31,14 @@ def by_layer(summary: pd.DataFrame, metrics: list[str], title: str) -> alt.Facet
     lines = layered.mark_line(point=True).encode(x=alt.X("layer:O"), y=alt.Y("mean:Q", title="mean"),
                                                   color=color, tooltip=tooltip)
     bars = layered.mark_errorbar(ticks=True).encode(x="layer:O", y=alt.Y("lo:Q", title="mean"), y2="hi:Q",
-                                                    color=color)
+                                                    color=color)  # the layers share one y title
     flat = alt.Chart().transform_filter("datum.baseline")
-    band = flat.mark_rect(opacity=0.12).encode(y="lo:Q", y2="hi:Q", color=color)
-    rule = flat.mark_rule(strokeDash=[5, 3], size=2).encode(y="mean:Q", color=color, tooltip=tooltip)
+    band = flat.mark_rect(opacity=0.12).encode(y=alt.Y("lo:Q", title="mean"), y2="hi:Q", color=color)
+    rule = flat.mark_rule(strokeDash=[5, 3], size=2).encode(y=alt.Y("mean:Q", title="mean"), color=color,
+                                                            tooltip=tooltip)
     return (
         alt.layer(band, rule, bars, lines, data=frame)
-        .properties(width=230, height=170)
+        .properties(width=200, height=170)
         .facet(facet=alt.Facet("metric:N", title=None, sort=metrics), columns=4)
         .resolve_scale(y="independent")
         .properties(title=title)
@@ -59,7 +60,8 @@ def by_fraction(summary: pd.DataFrame, curves: list[str], title: str) -> alt.Fac
         tooltip=["method:N", "metric:N", alt.Tooltip("fraction:Q", format=".0%"), alt.Tooltip("mean:Q", format=".4f"),
                  alt.Tooltip("lo:Q", format=".4f", title="95% CI low"),
                  alt.Tooltip("hi:Q", format=".4f", title="95% CI high")])
-    bars = base.mark_errorbar(ticks=True).encode(y="lo:Q", y2="hi:Q")
+    bars = base.mark_errorbar(ticks=True).encode(y=alt.Y("lo:Q", title="drop in predicted-class probability"),
+                                                 y2="hi:Q")
     return (
         alt.layer(bars, lines, data=frame)
         .properties(width=300, height=200)

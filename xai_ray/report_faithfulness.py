@@ -97,8 +97,9 @@ def faithfulness(ctx: Context) -> Section | None:
         items.append(charts.by_fraction(curves, list(CURVES), f"Drop in predicted-class probability by share of "
                                                               f"tokens (attention methods at layer {ctx.last_layer})"))
     items.append(Fragment(_table(summary, methods)))
+    shares = ", ".join(f"{f:.0%}" for f in sorted(curves["fraction"].unique())) if not curves.empty else "-"
     note = ("Comprehensiveness: drop in the predicted class's probability when a method's top-ranked tokens "
-            "(5, 10, 20, 50 %) are removed (higher = more faithful); sufficiency: the drop when only they are "
+            f"({shares} of a review's tokens) are removed (higher = more faithful); sufficiency: the drop when only they are "
             "kept (lower = more faithful); AOPC = mean over the shares. spearman_loo / spearman_grad: rank "
             "correlation of the token scores with leave-one-out importance (token replaced by the mask token) "
             "and with input x gradient (higher = agrees more). Dashed rules: the baselines, input x gradient "
