@@ -10,6 +10,7 @@ import html
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 WORDS = ["the", "film", "was", "good", "bad", "not", "very", "and", "i", "loved", "great", "plot", "acting",
          "fine", "story", "this", "boring", "movie", "is", "it", "wonderful"]
 N1, N_ADDED, N_CHANGED = 24, 6, 2
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def sentences(rng, n: int) -> list[str]:
@@ -50,7 +52,7 @@ def ray_cluster():
     ray.shutdown()
 
 
-def config(tiny_bert_dir, data: Path, store: Path):
+def config(tiny_bert_dir, data: Path, store):
     return resolve(None, {"data": str(data), "model": tiny_bert_dir, "methods": "raw,rollout", "max_length": 32,
                           "store": str(store), "batch_size": 8, "actors": 1})
 
@@ -210,3 +212,42 @@ def test_killed_run_is_completed_by_the_next(ray_cluster, tiny_bert_dir, tmp_pat
     docs = open_store(store).execute("select doc_id from docs").df()
     assert sorted(docs.doc_id) == ids  # every document once
     assert not (store / "_staging" / "run_id=nightly-2026-02-01").exists()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test.sh installs it)")
+def test_nightly_report_renders_in_headless_chromium(two_nights, tmp_path):
+    page = two_nights["second"].report
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={tmp_path / 'p'}",
+            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line and "source: file://" in line] == []
+    since = re.search(r'<section id="since_last_night">(.*?)</section>', dom.stdout, re.S).group(1)
+    assert "<svg" in since and "<path" in since  # the rank slope chart rendered
+    charts = re.split(r'<div class="chart[^"]*" id="chart-\d+"', dom.stdout)[1:]
+    assert len(charts) == page.read_text().count("class='chart'")
+    assert all("<svg" in chart.split("</section>")[0] for chart in charts)
+    if os.environ.get("XAI_RAY_REPORT_SHOT"):  # keep a screenshot to look at
+        subprocess.run([*base, "--window-size=1300,2600", f"--screenshot={os.environ['XAI_RAY_REPORT_SHOT']}",
+                        page.as_uri()], capture_output=True, timeout=120)
+
+
+def test_nightly_into_an_object_store_uri(ray_cluster, tiny_bert_dir, tmp_path, monkeypatch):
+    """file:// goes through pyarrow.fs like s3://: the run, tonight's report and latest are uploaded."""
+    monkeypatch.setenv("XAI_RAY_CACHE", str(tmp_path / "cache"))
+    data, bucket = tmp_path / "incoming", tmp_path / "bucket"
+    rng = np.random.default_rng(2)
+    write_corpus(data, "day.parquet", [f"u{i}" for i in range(6)], sentences(rng, 6), rng.integers(0, 2, 6))
+    cfg = config(tiny_bert_dir, data, f"file://{bucket}/xai")
+    result = run_nightly(cfg, "2026-03-01")
+    assert result.scored == 6
+    run = bucket / "xai" / "runs" / "run_id=nightly-2026-03-01"
+    manifest = yaml.safe_load((run / "manifest.json").read_text())
+    assert manifest["counts"]["docs"] == 6 and manifest["config"]["extra"]["store_uri"] == f"file://{bucket}/xai"
+    assert (bucket / "xai" / "reports" / "2026-03-01" / "report.html").read_text() == result.report.read_text()
+    assert "url=../2026-03-01/report.html" in (bucket / "xai" / "reports" / "latest" / "report.html").read_text()
+    monkeypatch.setenv("XAI_RAY_CACHE", str(tmp_path / "cache-2"))  # another machine, the same night again
+    again = run_nightly(cfg, "2026-03-01")
+    assert again.scored == 0 and "already scored" in again.message

@@ -176,7 +176,11 @@ def _union_runs_row(run_dirs: list[Path], label: str) -> pa.Table:
     for row in rows:
         for key, value in json.loads(row["manifest"]).get("counts", {}).items():
             counts[key] = counts.get(key, 0) + (value or 0)
-    manifest.update(run_id=label, counts=counts, runs=[row["run_id"] for row in rows])
+    timings = [json.loads(row["manifest"]).get("timings", {}) for row in rows]
+    score_s = sum(t.get("score_and_write_s") or 0 for t in timings)
+    manifest.update(run_id=label, counts=counts, runs=[row["run_id"] for row in rows], timings={
+        "score_and_write_s": round(score_s, 3), "total_s": round(sum(t.get("total_s") or 0 for t in timings), 3),
+        "docs_per_s": round(counts.get("docs", 0) / score_s, 3) if score_s else None})
     newest.update(run_id=label, n_docs=sum(r["n_docs"] or 0 for r in rows),
                   n_errors=sum(r["n_errors"] or 0 for r in rows), seconds=sum(r["seconds"] or 0 for r in rows),
                   manifest=json.dumps(manifest, sort_keys=True))

@@ -85,14 +85,15 @@ def rank_chart(changes: pd.DataFrame, depth: int, title: str):
     data = pd.DataFrame(rows)
     colour = alt.Color("status:N", scale=alt.Scale(domain=["entered", "left", "up", "down", "same"],
                                                    range=["#2ca02c", "#d62728", "#1f77b4", "#ff7f0e", "#999999"]))
-    y = alt.Y("rank:Q", scale=alt.Scale(reverse=True, domain=[1, depth]), title="rank")
+    deepest = int(data["rank"].max()) if len(data) else depth
+    y = alt.Y("rank:Q", scale=alt.Scale(reverse=True, domain=[1, deepest]), title="rank")
     x = alt.X("when:N", sort=["last night", "tonight"], title=None)
     base = alt.Chart(data)
     lines = base.mark_line(opacity=0.6).encode(x=x, y=y, color=colour, detail="word:N")
     points = base.mark_point(filled=True).encode(x=x, y=y, color=colour, tooltip=["word", "when", "rank", "status"])
     labels = base.transform_filter(alt.datum.when == "tonight").mark_text(align="left", dx=6).encode(
         x=x, y=y, text="word:N", color=colour)
-    return (lines + points + labels).properties(title=title, width=260, height=max(300, 14 * len(changes)))
+    return (lines + points + labels).properties(title=title, width=260, height=min(900, max(300, 16 * deepest)))
 
 
 def _facts_html(ctx, night: dict, then: dict | None, new: pd.DataFrame, then_ids: set) -> str:
