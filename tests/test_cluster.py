@@ -224,6 +224,11 @@ def test_submit_refuses_outputs_that_would_vanish_with_the_job(tmp_path, capsys)
     outside.write_text("store: /tmp/s\n")
     assert cli.main(["submit", str(outside), "--address", "http://127.0.0.1:9"]) == 2
     assert "outside the working directory" in capsys.readouterr().err
+    finetune = str(ROOT / "jobs" / "finetune.yaml")  # a `base` key: a finetune job, which needs an absolute out
+    assert cli.main(["submit", finetune, "--address", "http://127.0.0.1:9"]) == 2
+    assert "finetune needs an output folder" in capsys.readouterr().err
+    assert cli.main(["submit", finetune, "--set", "out=models/x", "--address", "http://127.0.0.1:9"]) == 2
+    assert "out 'models/x' must be an absolute path on the cluster" in capsys.readouterr().err
     # a cluster that is not there: one sentence, not a traceback
     assert cli.main(["submit", str(ROOT / "jobs" / "imdb-offline.yaml"), "--set", "store=/tmp/s",
                      "--address", f"http://127.0.0.1:{_free_port()}"]) == 2

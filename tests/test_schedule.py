@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -29,10 +28,11 @@ def test_dry_run_prints_the_cron_entry_and_installs_nothing(capsys, monkeypatch)
     assert entry.endswith(f"{MARKER}{job_tag(CONFIG)} nightly.yaml") and ">> " in entry
     assert read_crontab() == before
 
-    assert cli.main(["schedule", str(CONFIG), "--submit-to", "http://127.0.0.1:8265", "--dry-run"]) == 0
+    assert cli.main(["schedule", str(CONFIG), "--submit-to", "http://127.0.0.1:8265", "--dry-run",
+                     "--set", "store=s3://bucket/xai"]) == 0
     entry = capsys.readouterr().out.strip().splitlines()[-1]
     assert entry.startswith("0 2 * * * ")
-    assert f"xai_ray.cli submit {CONFIG} --kind nightly --address http://127.0.0.1:8265" in entry
+    assert f"xai_ray.cli submit {CONFIG} --kind nightly --address http://127.0.0.1:8265 --set store=s3://bucket/xai" in entry
     assert "loopback.sh" not in entry  # the SSH tunnel lives in this machine's network
 
 
@@ -62,19 +62,23 @@ def test_crontab_install_and_remove_round_trip(capsys, tmp_path):
 
 
 def test_the_scheduled_line_runs(tmp_path, capsys):
-    """Run the printed line through bash: cd, interpreter, quoting and the log all work (this
-    config's relative store makes the submit stop at once, with its one sentence in the log)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    """Run the printed line through bash: cd, interpreter, quoting and the log all work (the
+    config lies outside the working directory, so the submit stops at once, in the log)."""
+    config = tmp_path / "nightly.yaml"
+    config.write_text(f"store: {tmp_path / 'store'}\n")
     log = tmp_path / "log dir" / "nightly.log"
-    assert cli.main(["schedule", str(CONFIG), "--systemd", "--dry-run", "--log", str(log),
-                     "--submit-to", f"http://127.0.0.1:{port}"]) == 0
+    assert cli.main(["schedule", str(config), "--systemd", "--dry-run", "--log", str(log),
+                     "--submit-to", "http://127.0.0.1:8265"]) == 0
     service = capsys.readouterr().out
     line = next(row for row in service.splitlines() if row.startswith("ExecStart=/bin/bash -c "))
     log.parent.mkdir()
     subprocess.run(line[len("ExecStart="):], shell=True, timeout=120)
-    assert "xai-ray: store 'store-nightly' is relative" in log.read_text()
+    assert "lies outside the working directory" in log.read_text()
+
+
+def test_a_schedule_the_cluster_cannot_run_is_refused_at_once(capsys):
+    assert cli.main(["schedule", str(CONFIG), "--submit-to", "http://127.0.0.1:8265", "--dry-run"]) == 2
+    assert "store 'store-nightly' is relative" in capsys.readouterr().err
 
 
 def test_systemd_timer_install_and_remove(tmp_path, monkeypatch, capsys):

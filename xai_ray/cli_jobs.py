@@ -39,6 +39,8 @@ def add_parsers(sub) -> None:
     sched.add_argument("--log", help="where the job's output goes (default: ~/.local/state/xai-ray/nightly.log)")
     sched.add_argument("--dry-run", dest="dry_run", action="store_true", help="print what would be installed")
     sched.add_argument("--remove", action="store_true", help="remove this config's entry")
+    sched.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets",
+                       help="config overrides the scheduled job gets (e.g. store=s3://bucket/xai-ray)")
 
 
 def cmd_nightly(args) -> int:
@@ -68,7 +70,7 @@ def cmd_schedule(args) -> int:
     from xai_ray.schedule import schedule
 
     print(schedule(args.config, at=args.at, submit_to=args.submit_to, systemd=args.systemd, log=args.log,
-                   dry_run=args.dry_run, remove=args.remove))
+                   dry_run=args.dry_run, remove=args.remove, sets=args.sets))
     return 0
 
 

@@ -30,15 +30,19 @@ class ScheduleError(ConfigError):
 
 
 def schedule(config: str, at: str = "02:00", submit_to: str | None = None, systemd: bool = False,
-             log: str | None = None, dry_run: bool = False, remove: bool = False) -> str:
+             log: str | None = None, dry_run: bool = False, remove: bool = False, sets: list[str] | None = None) -> str:
     """Install, print (``dry_run``) or remove the nightly entry of ``config``; returns what to print."""
     path = Path(config).resolve()
     if not remove and not path.is_file():
         raise ScheduleError(f"config file {config!r} does not exist")
     hour, minute = parse_time(at)
+    if submit_to and not remove:  # what the cluster cannot run fails now, not at 2 a.m.
+        from xai_ray.submit import check_config
+
+        check_config(path, "nightly", sets)
     tag = job_tag(path)
     log_path = Path(log).expanduser().resolve() if log else Path.home() / ".local" / "state" / "xai-ray" / "nightly.log"
-    line = command_line(path, submit_to, log_path)
+    line = command_line(path, submit_to, log_path, sets)
     use_systemd = systemd or shutil.which("crontab") is None
     if use_systemd:
         return _systemd(tag, path, hour, minute, line, dry_run, remove)
@@ -66,7 +70,7 @@ def job_tag(config: Path) -> str:
     return hashlib.sha256(str(config).encode()).hexdigest()[:12]
 
 
-def command_line(config: Path, submit_to: str | None, log: Path) -> str:
+def command_line(config: Path, submit_to: str | None, log: Path, sets: list[str] | None = None) -> str:
     """The shell line cron or systemd runs: cd to the repository, run, append the output to ``log``."""
     from xai_ray.submit import find_working_dir
 
@@ -75,10 +79,11 @@ def command_line(config: Path, submit_to: str | None, log: Path) -> str:
     except ConfigError:
         root = config.parent
     python = [sys.executable, "-m", "xai_ray.cli"]
+    overrides = [word for item in sets or [] for word in ("--set", item)]
     if submit_to:
-        words = [*python, "submit", str(config), "--kind", "nightly", "--address", submit_to]
+        words = [*python, "submit", str(config), "--kind", "nightly", "--address", submit_to, *overrides]
     else:
-        words = [*python, "nightly", str(config)]
+        words = [*python, "nightly", str(config), *overrides]
         loopback = root / "scripts" / "loopback.sh"
         if loopback.is_file():
             words = ["bash", str(loopback), *words]

@@ -95,14 +95,15 @@ def check_config(path: Path, kind: str, sets: list[str] | None) -> None:
         from xai_ray import finetune
 
         cfg = finetune.resolve(path, None, sets)
-        where, name = cfg.out, "out"
-    else:
-        cfg = config.resolve(path, None, sets)
-        where, name = cfg.store, "store"
-    if where and not remote.is_uri(where) and not Path(where).is_absolute():
-        raise SubmitError(f"{name} {where!r} is relative: in a submitted job it would land in the job's temporary "
-                          f"working directory; give an object-store URI or an absolute path on the cluster "
-                          f"(--set {name}=s3://bucket/xai-ray)")
+        if remote.is_uri(cfg.out) or not Path(cfg.out).is_absolute():
+            raise SubmitError(f"out {cfg.out!r} must be an absolute path on the cluster (the model folder and Ray "
+                              "Train's checkpoints; on several nodes, a shared filesystem such as EFS)")
+        return
+    cfg = config.resolve(path, None, sets)
+    if not remote.is_uri(cfg.store) and not Path(cfg.store).is_absolute():
+        raise SubmitError(f"store {cfg.store!r} is relative: in a submitted job it would land in the job's temporary "
+                          "working directory; give an object-store URI or an absolute path on the cluster "
+                          "(--set store=s3://bucket/xai-ray)")
 
 
 def entrypoint(kind: str, config_rel: str, sets: list[str] | None, date: str | None) -> str:
