@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import html
+import json
 import os
 import re
 import select
@@ -112,6 +113,9 @@ def test_second_night_scores_only_new_and_changed_documents(two_nights):
     assert sorted(latest.index) == sorted(corpus.id)
     assert all(latest.at[i, "text"] == t for i, t in zip(corpus.id, corpus.text))
     assert os.readlink(store / "reports" / "latest") == "2026-01-02"
+    record = json.loads((store / "reports" / "2026-01-02" / "nightly.json").read_text())
+    assert record["runs"] == second.runs and record["scored"] == len(expected) and record["versions"]["ray"]
+    assert record["key"]["methods"] == ["raw", "rollout"] and len(record["key"]["fingerprint"]) == 64
 
 
 def test_report_shows_what_changed_since_last_night(two_nights):

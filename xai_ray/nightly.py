@@ -11,7 +11,8 @@ Each night the job
    already has its run scores nothing;
 4. rebuilds the report over every nightly document of this key, each in its latest version
    (``query.open_union``), into ``STORE/reports/YYYY-MM-DD/report.html`` with a "since last
-   night" section, and points ``STORE/reports/latest`` at it.
+   night" section (and ``nightly.json``: the config, key, runs and versions behind it), and
+   points ``STORE/reports/latest`` at it.
 
 Documents that failed (the ``errors`` table) are tried again the next night. A store URI
 (``s3://...``) works through its local mirror (``xai_ray.remote``).
@@ -28,6 +29,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import date as Date
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -95,6 +97,10 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
         if not runs:
             raise NightlyError(f"nothing scored yet in {cfg.store!r} and nothing to score in {cfg.data!r}")
         report = build_report(local, runs, date, definition, run_id if run_id in runs else None)
+        (report.parent / "nightly.json").write_text(json.dumps({
+            "date": date, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "message": message, "scored": scored, "runs": runs, "key": key, "config": cfg.to_dict(),
+            "versions": pipeline.versions()}, indent=2, default=str))
         latest = point_latest(local, date)
         if remote.is_uri(cfg.store):
             remote.push_tree(local, report.parent, cfg.store)
