@@ -100,6 +100,8 @@ def head(tmp_path_factory):
     temp = Path(tempfile.mkdtemp(prefix="xr-", dir="/tmp"))  # short: Ray's socket paths must fit
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
+    # this interpreter's `ray`, and its `python` for the jobs' entrypoints, even when not on PATH
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     dashboard = _free_port()
     start = ["ray", "start", "--head", "--block", "--dashboard-host", "127.0.0.1", "--port", str(_free_port()),
              "--dashboard-port", str(dashboard), "--ray-client-server-port", str(_free_port()), "--num-cpus", "2",
