@@ -45,6 +45,7 @@ def test_crontab_install_and_remove_round_trip(capsys, tmp_path):
     if shutil.which("crontab") is None:
         pytest.skip("no crontab command (apt-get install cron)")
     original = read_crontab()
+    had_one = subprocess.run(["crontab", "-l"], capture_output=True).returncode == 0
     sentinel = "# xai-ray test: a line that is not ours"
     try:
         write_crontab([*original.splitlines(), sentinel])
@@ -57,7 +58,10 @@ def test_crontab_install_and_remove_round_trip(capsys, tmp_path):
         assert "removed the crontab entry" in capsys.readouterr().out
         assert read_crontab().splitlines() == [*original.splitlines(), sentinel]
     finally:
-        write_crontab(original.splitlines())
+        if had_one:
+            write_crontab(original.splitlines())
+        else:  # leave the machine as it was: no crontab at all
+            subprocess.run(["crontab", "-r"], capture_output=True)
     assert read_crontab() == original
 
 
