@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 
+from xai_ray import cli_jobs
 from xai_ray.config import ConfigError
 
 
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--seed", type=int)
     fine.add_argument("--out", help="output model folder (checkpoints in OUT/_checkpoints until done)")
     fine.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets", help="override any config key")
+    cli_jobs.add_parsers(sub)
     return parser
 
 
@@ -105,12 +107,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_run(args) -> int:
-    from xai_ray import config, pipeline
+    from xai_ray import config, pipeline, remote
 
     flags = {k: getattr(args, k) for k in ("data", "split", "limit", "model", "methods", "max_length",
                                            "batch_size", "actors", "gpus_per_actor", "store", "run_id", "report")}
     cfg = config.resolve(args.config, flags, args.sets)
-    result = pipeline.run(cfg)
+    result = remote.run(cfg) if remote.is_uri(cfg.store) else pipeline.run(cfg)
     counts = result.manifest["counts"]
     print(f"run {result.run_id}: {counts['docs']} documents scored, {counts['errors']} errors, "
           f"{result.manifest['timings']['docs_per_s']} docs/s -> {result.run_dir}")
@@ -121,15 +123,17 @@ def cmd_run(args) -> int:
 
 def cmd_sql(args) -> int:
     from xai_ray.query import open_store, run_sql
+    from xai_ray.remote import local_store
 
-    _print(run_sql(open_store(args.store), args.query), args.format)
+    _print(run_sql(open_store(local_store(args.store)), args.query), args.format)
     return 0
 
 
 def cmd_topk(args) -> int:
     from xai_ray.query import open_store, topk
+    from xai_ray.remote import local_store
 
-    frame = topk(open_store(args.store), args.run_id, args.method, args.layer, args.k, args.min_count, args.by)
+    frame = topk(open_store(local_store(args.store)), args.run_id, args.method, args.layer, args.k, args.min_count, args.by)
     _print(frame, args.format)
     return 0
 
@@ -144,7 +148,9 @@ def cmd_report(args) -> int:
     charts_dir = None
     if args.format != "html":  # the charts as image files too, next to the report unless told where
         charts_dir = Path(args.charts_dir or Path(args.out).with_suffix("").as_posix() + "-charts")
-    print(build_report(args.store, args.run_id, args.out, k=args.k, definition=args.definition,
+    from xai_ray.remote import local_store
+
+    print(build_report(local_store(args.store), args.run_id, args.out, k=args.k, definition=args.definition,
                        charts_dir=charts_dir, fmt=args.format))
     if charts_dir is not None:
         print(f"charts: {charts_dir}")
@@ -178,6 +184,7 @@ def _print(frame, fmt: str) -> None:
 
 
 COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "finetune": cmd_finetune}
+COMMANDS.update(cli_jobs.COMMANDS)  # nightly, submit, schedule
 
 if __name__ == "__main__":
     sys.exit(main())

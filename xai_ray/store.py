@@ -226,3 +226,8 @@ def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):
     if kept != json.dumps(params, sort_keys=True, default=str).encode():
         return None
     return table.to_pandas()
+
+
+def reports_dir(store: str | Path) -> Path:
+    """Where dated reports of a store go (``reports/YYYY-MM-DD/report.html``, ``reports/latest``)."""
+    return Path(store) / "reports"
