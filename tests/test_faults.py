@@ -460,3 +460,62 @@ def test_sql_refuses_every_way_out_of_the_store(small_store, tmp_path, capsys):
     assert run_sql(con, "describe docs").column_name.tolist()[0] == "doc_id"
     with pytest.raises(QueryError, match="refused a COPY statement"):
         run_sql(con, "copy docs to 'z.csv'")
+
+
+# --------------------------------------------------------------------------- generated texts
+
+# Control characters, emoji (with skin tones and ZWJ sequences), combining marks, right-to-left
+# scripts, zero-width and format characters, mixed with words the tiny vocabularies know.
+HOSTILE_PIECES = ["\x00", "\x07", "\x1b[31m", "\r\n", "\t", "\u0085", "\u2028", "\U0001f600", "\U0001f44d\U0001f3fd",
+                  "\U0001f468\u200d\U0001f469\u200d\U0001f467", "e\u0301", "\u0303\u0303", "\u05e9\u05dc\u05d5\u05dd",
+                  "\u0645\u0631\u062d\u0628\u0627", "\u202e", "\u200b", "\u200d", "\ufeff", "\u2060", "<br />",
+                  "<script>alert(1)</script>", "film", "good", "the", "bad", " ", "!!!", "\ufffd", "\U00010000"]
+
+
+def _texts():
+    from hypothesis import strategies as st
+
+    piece = st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(min_size=1, max_size=8))
+    return st.lists(st.lists(piece, min_size=1, max_size=12).map("".join), min_size=1, max_size=4)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_generated_hostile_texts_score_finite_and_sum_to_one(family, scorer_factory):
+    from hypothesis import HealthCheck, given, settings
+
+    from xai_ray.screening import text_problem
+
+    scorer = scorer_factory(family)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+    @given(_texts())
+    def check(texts):
+        rows = scorer({"doc_id": [f"g{i}" for i in range(len(texts))], "text": texts,
+                       "label": [0] * len(texts)}).to_pylist()
+        assert sorted(r["doc_id"] for r in rows) == sorted(f"g{i}" for i in range(len(texts)))
+        for row in rows:
+            text = texts[int(row["doc_id"][1:])]
+            if text_problem(text):
+                assert row["error"] == text_problem(text)
+                continue
+            assert row["error"] is None, row["error"]
+            n_layers, n, n_words = row["n_layers"], row["n_tokens"], len(row["words"])
+            assert len(row["tokens"]) == len(row["word_index"]) == n
+            for method in METHODS:
+                scores = np.asarray(row[f"scores_{method}"]).reshape(n_layers, n)
+                assert np.isfinite(scores).all()
+                words = np.asarray(row[f"word_scores_{method}"], dtype=np.float64).reshape(n_layers, n_words)
+                assert np.isfinite(words).all()
+                if n_words:
+                    np.testing.assert_allclose(words.sum(axis=1), 1.0, atol=1e-5)
+
+    check()
+
+
+def test_csv_fields_are_read_as_written(tmp_path):
+    source = tmp_path / "c.csv"
+    source.write_text('id,text,label\n007,NA,1\nnull,None,\nNaN,"",0\n')
+    corpus = read_corpus(str(source))
+    assert corpus.doc_id.tolist() == ["007", "null", "NaN"]
+    assert corpus.text.tolist() == ["NA", "None", ""]  # a review may say "NA"; an empty field is empty
+    assert corpus.label.tolist()[0] == 1 and pd.isna(corpus.label[1]) and corpus.label[2] == 0

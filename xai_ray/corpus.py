@@ -74,9 +74,11 @@ def _read_source(source: str, split: str) -> pd.DataFrame:
         if name.endswith(".parquet"):
             return _read_parquet(path)
         if name.endswith(".csv"):
-            return _parse(path, lambda text: pd.read_csv(io.StringIO(text)))
+            # Every field as written: no "NA"/"null" turned missing, no "007" turned 7.
+            return _parse(path, lambda text: pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False))
         if name.endswith((".jsonl", ".json")):
-            return _parse(path, lambda text: pd.read_json(io.StringIO(text), lines=name.endswith(".jsonl")))
+            return _parse(path, lambda text: pd.read_json(io.StringIO(text), lines=name.endswith(".jsonl"),
+                                                          convert_dates=False))
         raise CorpusError(f"cannot read {source!r}: use .parquet, .csv, .jsonl, an aclImdb folder or .tar.gz")
     if source.startswith((".", "/", "~")) or source.endswith((".parquet", ".csv", ".jsonl", ".gz")):
         raise CorpusError(f"data path {source!r} does not exist")
