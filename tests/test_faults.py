@@ -519,3 +519,10 @@ def test_csv_fields_are_read_as_written(tmp_path):
     assert corpus.doc_id.tolist() == ["007", "null", "NaN"]
     assert corpus.text.tolist() == ["NA", "None", ""]  # a review may say "NA"; an empty field is empty
     assert corpus.label.tolist()[0] == 1 and pd.isna(corpus.label[1]) and corpus.label[2] == 0
+
+
+def test_an_invisible_tail_is_not_truncation(scorer_factory):
+    scorer = scorer_factory("bert")
+    rows = _comparable(scorer({"doc_id": ["zw", "ctl"], "text": ["good film \u200b\u200b", "bad movie \x00\x07"],
+                               "label": [1, 0]}))
+    assert rows["zw"]["truncated"] is False and rows["ctl"]["truncated"] is False

@@ -133,7 +133,8 @@ def test_a_driver_killed_mid_run_resumes_without_duplicates(ray_cluster, tmp_pat
 
 def test_a_hostile_corpus_runs_to_the_end_with_every_row_accounted_for(ray_cluster, tmp_path, tiny_bert_dir):
     huge = "the film was good and the plot was fine. " * 26_000  # about 1 MB
-    rows = [("ok1", "the film was good", "1"), ("null", None, "0"),  # "null" is an id, not a missing value ("empty", "", "1"), ("blank", " \t ", "0"),
+    # "null" is an id, not a missing value; a CSV's empty field is an empty text
+    rows = [("ok1", "the film was good", "1"), ("null", None, "0"), ("empty", "", "1"), ("blank", " \t ", "0"),
             ("huge", huge, "1"), ("ok2", "<script>alert('x')</script> bad movie", "0"),
             ("ok1", "a second row with the same id", "1"), ("label", "fine plot", "7"),
             ("emoji", "\U0001f600 great \u202e acting \u200b", "1")]

@@ -255,7 +255,7 @@ class Scorer:
                 "probs": probs[b].tolist(),
                 "n_tokens": n,
                 "n_layers": fused.shape[1],
-                "truncated": _was_truncated(texts[i], doc_offsets, index),
+                "truncated": self._was_truncated(texts[i], doc_offsets, index),
                 "tokens": tokens,
                 "word_index": index.tolist(),
                 "words": word_texts(index, n_words, doc_offsets, texts[i]),
@@ -273,6 +273,15 @@ class Scorer:
             rows.append(row)
         return rows
 
+    def _was_truncated(self, text: str, offsets, index) -> bool:
+        """Whether text the tokenizer would have kept lies past the last token the model saw
+        (a tail of zero-width or control characters, which it drops, does not count)."""
+        ends = [end for (start, end), w in zip(offsets, index) if w >= 0]
+        tail = text[max(ends):].strip() if ends else ""
+        if not tail:
+            return False
+        return len(tail) > 256 or bool(self.tokenizer(tail, add_special_tokens=False)["input_ids"])
+
     def _error_row(self, doc_id, label, reason: str) -> dict:
         return {"doc_id": doc_id, "label": label, "error": reason, "model_fingerprint": self.info["fingerprint"]}
 
@@ -287,11 +296,6 @@ def _text_problem(text) -> str | None:
     if not text.strip():
         return "text is empty or whitespace only"
     return None
-
-
-def _was_truncated(text: str, offsets, index) -> bool:
-    ends = [end for (start, end), w in zip(offsets, index) if w >= 0]
-    return bool(ends) and bool(text[max(ends):].strip())
 
 
 def _model_limit(tokenizer, model) -> int:
