@@ -7,6 +7,7 @@ the dashboard, which xai-ray does not start (nothing of ours listens beyond loop
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -173,3 +174,47 @@ def test_the_pipeline_starts_ray_without_a_dashboard(ray_cluster, monkeypatch):
     pipeline.ensure_ray()
     assert calls and calls[0]["include_dashboard"] is False
 
+
+
+LISTENERS = """
+import ipaddress, json, socket, struct, subprocess, ray, ray.data
+from xai_ray.pipeline import ensure_ray
+
+
+def listening():  # every TCP socket in LISTEN state in this network namespace, from /proc
+    found = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(name).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A":
+                raw = bytes.fromhex(local.split(":")[0])
+                words = struct.unpack("<" + "I" * (len(raw) // 4), raw)
+                found.add(str(ipaddress.ip_address(struct.pack(">" + "I" * len(words), *words))))
+    return sorted(found)
+
+
+ensure_ray()
+ray.data.from_items([{"a": i} for i in range(4)]).map_batches(lambda b: b).take_all()
+addresses = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+print(json.dumps({"node": ray.util.get_node_ip_address(), "listening": listening(), "addresses": addresses}))
+ray.shutdown()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(), reason="needs root and unshare")
+def test_a_local_cluster_listens_on_loopback_only(tmp_path):
+    """In a private network namespace that also has a routable-looking address (10.77.0.1, with a
+    default route that loops back, so nothing can leave), every socket the pipeline's local Ray
+    cluster listens on is bound to loopback."""
+    setup = ("ip link set lo up && ip addr add 10.77.0.1/32 dev lo && ip route add default dev lo src 10.77.0.1"
+             f" && exec {sys.executable} -c \"$0\"")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(["unshare", "-n", "bash", "-c", setup, LISTENERS], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "inet 10.77.0.1/32" in seen["addresses"]  # there was an address to listen on
+    assert seen["node"] == "127.0.0.1" and seen["listening"]
+    for address in map(ipaddress.ip_address, seen["listening"]):
+        address = getattr(address, "ipv4_mapped", None) or address  # ::ffff:7f00:1 is 127.0.0.1
+        assert address.is_loopback, seen["listening"]

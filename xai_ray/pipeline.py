@@ -162,12 +162,28 @@ def ensure_ray() -> None:
 
     if not ray.is_initialized():
         # Inside `ray job submit` or with RAY_ADDRESS this joins that cluster; else starts a local one.
+        if not os.environ.get("RAY_ADDRESS"):
+            _loopback_only()
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
                  logging_level=logging.WARNING, log_to_driver=True)
         ray.data.DataContext.get_current().enable_progress_bars = sys.stderr.isatty()
     # Never drop a failed block silently (the default, spelled out): a lost block fails the run,
     # which then resumes from its committed parts, rather than publishing without those documents.
     ray.data.DataContext.get_current().max_errored_blocks = 0
+
+
+def _loopback_only() -> None:
+    """Make a local cluster started here listen on loopback only.
+
+    Ray gives a new head the machine's routable address, and its servers then listen on every
+    interface (even with ``_node_ip_address="127.0.0.1"``, which it resolves back to that address).
+    With clusters switched off, as Ray does on macOS and Windows, the node address is loopback and
+    every server binds to it. Joining a real cluster (``RAY_ADDRESS``) is unaffected.
+    """
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the processes started from here
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read when the node address is chosen
 
 
 def _auto_actors(gpus: float, cpus_per_actor: float) -> int:
