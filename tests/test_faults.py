@@ -526,3 +526,18 @@ def test_an_invisible_tail_is_not_truncation(scorer_factory):
     rows = _comparable(scorer({"doc_id": ["zw", "ctl"], "text": ["good film \u200b\u200b", "bad movie \x00\x07"],
                                "label": [1, 0]}))
     assert rows["zw"]["truncated"] is False and rows["ctl"]["truncated"] is False
+
+
+def test_the_deferred_flow_stage_never_fails_a_batch(scorer_factory, monkeypatch):
+    from xai_ray.scoring import DeferredMethods
+
+    config = {"model": "unused", "max_length": 32, "methods": ["raw", "flow"], "deferred_methods": ["flow"]}
+    scorer = scorer_factory("bert", methods=("raw", "flow"), deferred_methods=("flow",))
+    batch = scorer_rows(scorer, TEXTS[:3])
+    stage = DeferredMethods(config)
+    good = stage(batch).to_pylist()
+    assert all(r["error"] is None and r["scores_flow"] is not None for r in good)
+    monkeypatch.setattr(stage, "_add_methods", lambda table: 1 / 0)
+    failed = stage(batch).to_pylist()
+    assert [r["doc_id"] for r in failed] == ["d0", "d1", "d2"]
+    assert all(r["error"] == "flow failed: ZeroDivisionError: division by zero" for r in failed)

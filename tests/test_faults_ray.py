@@ -85,6 +85,7 @@ def test_a_scoring_actor_killed_mid_run_loses_and_doubles_nothing(ray_cluster, t
     restarted = [a for a in scorer_actors() if a["ActorID"] == killed[0]["ActorID"]]
     assert restarted and restarted[0]["NumRestarts"] >= 1
     assert manifest["counts"]["docs"] == len(corpus) and manifest["counts"]["errors"] == 0
+    assert len(manifest["model"]["fingerprint"]) == 64
     assert_every_document_once(tmp_path, "killed-actor", corpus.doc_id.tolist())
 
 
@@ -118,13 +119,15 @@ def test_a_driver_killed_mid_run_resumes_without_duplicates(ray_cluster, tmp_pat
     assert cli.main(["run", "--resume", run_id, "--store", str(store)]) == 0
     manifest = json.loads((store / "runs" / f"run_id={run_id}" / "manifest.json").read_text())
     resumed = manifest["resumed"]
-    logging.getLogger("xai_ray").info("driver killed after %d committed documents; the resumed run reused "
-                                      "%d and scored %d of %d", committed, resumed["docs"],
-                                      resumed["docs_scored_now"], limit)
+    note = (f"driver killed after {committed} committed documents; the resumed run reused {resumed['docs']} "
+            f"in {resumed['parts']} part(s) and scored {resumed['docs_scored_now']} of {limit}")
+    logging.getLogger("xai_ray").info(note)
+    print(note)
     assert resumed["docs"] >= committed and resumed["docs_scored_now"] == limit - resumed["docs"]
     assert f"resuming run {run_id}" in caplog.text
     assert manifest["counts"]["docs"] == limit and manifest["counts"]["duplicates"] == 0
     assert manifest["config"]["max_length"] == 128 and manifest["config"]["limit"] == limit  # its own settings
+    assert len(manifest["model"]["fingerprint"]) == 64  # one model across both attempts
     expected = pipeline.read(resolve(None, {"data": str(IMDB), "limit": limit}, [])).doc_id.tolist()
     con = assert_every_document_once(store, run_id, expected)
     sums = con.execute("select sum(score) as s from words where run_id = $r group by doc_id, method, layer",

@@ -227,6 +227,7 @@ def write(rows: Iterable[pa.Table], cfg: RunConfig, run_id: str, n_input: int, s
         if lost:  # cannot happen unless a block vanished; recorded rather than silently missing
             log.error("%d documents came back from no actor; recorded as errors", len(lost))
             writer.write_errors(lost, "score", ["no result came back from the scoring actors"] * len(lost))
+        writer.commit()  # the last part, so the fingerprints and counts below are complete
         if len(writer.fingerprints) > 1:
             raise RuntimeError(f"actors loaded different weights: {sorted(writer.fingerprints)}")
         score_s = time.perf_counter() - score_started

@@ -81,6 +81,18 @@ class DeferredMethods:
         self.schema = row_schema(list(config["methods"]))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        try:
+            return self._add_methods(batch)
+        except Exception as err:  # nothing may escape: Ray Data would fail the whole dataset
+            log.exception("deferred methods failed on a whole batch; its documents are recorded as errors")
+            reason = f"{', '.join(self.deferred)} failed: {type(err).__name__}: {err}"
+            rows = [{"doc_id": doc_id, "label": label, "error": reason, "model_fingerprint": fingerprint}
+                    for doc_id, label, fingerprint in zip(batch.column("doc_id").to_pylist(),
+                                                          batch.column("label").to_pylist(),
+                                                          batch.column("model_fingerprint").to_pylist())]
+            return pa.Table.from_pylist(rows, schema=self.schema)
+
+    def _add_methods(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
         for row in rows:
             attention = row.pop("attention", None)
