@@ -289,5 +289,5 @@ def test_the_deferred_flow_stage_never_fails_a_batch(scorer_factory, monkeypatch
     assert all(r["error"] is None and r["scores_flow"] is not None for r in good)
     monkeypatch.setattr(stage, "_add_methods", lambda table: 1 / 0)
     failed = stage(batch).to_pylist()
-    assert [r["doc_id"] for r in failed] == ["d0", "d1", "d2"]
+    assert sorted(r["doc_id"] for r in failed) == ["d0", "d1", "d2"]  # the scorer sorts by length
     assert all(r["error"] == "flow failed: ZeroDivisionError: division by zero" for r in failed)
