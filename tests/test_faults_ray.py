@@ -64,7 +64,7 @@ def assert_every_document_once(store, run_id, doc_ids, n_errors=0):
 
 @pytest.mark.skipif(not IMDB.is_file(), reason="needs the IMDB parquet in ../shared/data")
 def test_a_scoring_actor_killed_mid_run_loses_and_doubles_nothing(ray_cluster, tmp_path):
-    cfg = resolve(None, {"data": str(IMDB), "limit": 96, "model": "minilm", "max_length": 128, "actors": 2,
+    cfg = resolve(None, {"data": str(IMDB), "limit": 64, "model": "minilm", "max_length": 96, "actors": 2,
                          "store": str(tmp_path), "batch_size": 4, "run_id": "killed-actor"}, [])
     corpus = pipeline.read(cfg)
     killed, after_kill = [], []
