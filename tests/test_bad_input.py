@@ -264,3 +264,24 @@ def test_csv_fields_are_read_as_written(tmp_path):
     assert corpus.doc_id.tolist() == ["007", "null", "NaN"]
     assert corpus.text.tolist() == ["NA", "None", ""]  # a review may say "NA"; an empty field is empty
     assert corpus.label.tolist()[0] == 1 and pd.isna(corpus.label[1]) and corpus.label[2] == 0
+
+
+def test_rerunning_a_run_id_with_other_settings_is_one_sentence(tmp_path, tiny_bert_dir, scorer_factory, capsys):
+    from xai_ray import pipeline
+    from xai_ray.config import resolve
+
+    data = tmp_path / "c.csv"
+    pd.DataFrame({"id": ["d0", "d1"], "text": TEXTS[:2], "label": [0, 1]}).to_csv(data, index=False)
+    flags = {"data": str(data), "model": tiny_bert_dir, "store": str(tmp_path / "s"), "run_id": "x", "max_length": 32}
+    writer = pipeline.open_writer(resolve(None, flags, []), "x")
+    writer.write(scorer_rows(scorer_factory("bert"), TEXTS[:1]))
+    writer.commit()
+    writer.abort(keep_parts=True)  # as a killed run leaves it
+    argv = ["run", "--data", str(data), "--model", tiny_bert_dir, "--store", str(tmp_path / "s"), "--run-id", "x"]
+    for extra, changed in ((["--max-length", "16"], "(max_length)"), (["--max-length", "32", "--methods", "raw"],
+                                                                       "(methods)")):
+        status = cli.main(argv + extra)
+        err = capsys.readouterr().err
+        assert status == 2 and f"was started with other settings {changed}" in err and "Traceback" not in err
+    status = cli.main(["run", "--resume", "x", "--store", str(tmp_path / "s"), "--max-length", "16"])
+    assert status == 2 and "(max_length)" in capsys.readouterr().err
