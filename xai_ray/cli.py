@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-actor", type=float, dest="gpus_per_actor")
     run.add_argument("--store")
     run.add_argument("--run-id", dest="run_id")
+    run.add_argument("--resume", metavar="RUN_ID",
+                     help="finish an interrupted run with the settings it was started with (execution flags may change)")
     run.add_argument("--no-report", dest="report", action="store_const", const=False)
     run.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets", help="override any config key")
 
@@ -111,7 +113,11 @@ def cmd_run(args) -> int:
 
     flags = {k: getattr(args, k) for k in ("data", "split", "limit", "model", "methods", "max_length",
                                            "batch_size", "actors", "gpus_per_actor", "store", "run_id", "report")}
-    cfg = config.resolve(args.config, flags, args.sets)
+    if args.resume:
+        flags = {k: v for k, v in flags.items() if k not in ("store", "run_id")}
+        cfg = pipeline.resume_config(args.store or "store", args.resume, flags, args.sets)
+    else:
+        cfg = config.resolve(args.config, flags, args.sets)
     result = remote.run(cfg) if remote.is_uri(cfg.store) else pipeline.run(cfg)
     counts = result.manifest["counts"]
     print(f"run {result.run_id}: {counts['docs']} documents scored, {counts['errors']} errors, "

@@ -100,8 +100,18 @@ def run_named(con, name: str, **params):
     return con.execute(sql_text(name), params).df()
 
 
+# The sandbox keeps reads inside the store, but DuckDB lets COPY/EXPORT/ATTACH write into an allowed
+# directory: user SQL is therefore held to statements that only read.
+READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
 def run_sql(con, text: str):
     try:
+        for statement in con.extract_statements(text):
+            kind = statement.type.name
+            if kind not in READ_ONLY_STATEMENTS:
+                raise QueryError(f"xai-ray sql runs read-only queries (select, with, from, describe, show, "
+                                 f"summarize, explain); refused a {kind} statement")
         return con.execute(text).df()
     except duckdb.Error as err:
         raise QueryError(str(err).splitlines()[0]) from None
