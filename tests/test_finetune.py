@@ -168,7 +168,7 @@ def test_a_base_model_that_is_not_an_encoder_is_refused(tmp_path, capsys):
     from transformers import GPT2Config
 
     base = tmp_path / "gpt2"
-    GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=64).save_pretrained(base)
+    GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=64, bos_token_id=0, eos_token_id=0).save_pretrained(base)
     message = _fail(capsys, ["finetune", "--base", str(base), "--data", str(IMDB), "--out", str(tmp_path / "m")])
     assert "gpt2" in message and "encoder" in message
     with pytest.raises(ModelError):

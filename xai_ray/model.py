@@ -8,6 +8,7 @@ Weights load from safetensors unless ``allow_pickle``; remote code runs only wit
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +95,8 @@ def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: 
             "--set trust_remote_code=true, after you have read it"
         )
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        with _quiet_transformers():  # its warnings on a foreign config would bury our one sentence
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as err:
         raise ModelError(
             f"could not load model {name!r} ({type(err).__name__}); offline, use a local folder "
@@ -107,6 +109,18 @@ def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: 
             "--set allow_pickle=true (they can run code)"
         )
     return path, config
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def _ships_code(folder: Path) -> bool:
