@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 
+from xai_ray import cli_jobs
 from xai_ray.config import ConfigError
 
 
@@ -42,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-actor", type=float, dest="gpus_per_actor")
     run.add_argument("--store")
     run.add_argument("--run-id", dest="run_id")
+    run.add_argument("--resume", metavar="RUN_ID",
+                     help="finish an interrupted run with the settings it was started with (execution flags may change)")
     run.add_argument("--no-report", dest="report", action="store_const", const=False)
     run.add_argument("--evaluate", action="store_const", const=True,
                      help="also measure faithfulness (comprehensiveness, sufficiency, rank correlation with "
@@ -95,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--seed", type=int)
     fine.add_argument("--out", help="output model folder (checkpoints in OUT/_checkpoints until done)")
     fine.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets", help="override any config key")
+    cli_jobs.add_parsers(sub)
     return parser
 
 
@@ -114,13 +118,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_run(args) -> int:
-    from xai_ray import config, pipeline
+    from xai_ray import config, pipeline, remote
 
     flags = {k: getattr(args, k) for k in ("data", "split", "limit", "model", "methods", "max_length",
                                            "batch_size", "actors", "gpus_per_actor", "store", "run_id", "report",
                                            "evaluate")}
-    cfg = config.resolve(args.config, flags, args.sets)
-    result = pipeline.run(cfg)
+    if args.resume:
+        flags = {k: v for k, v in flags.items() if k not in ("store", "run_id")}
+        cfg = pipeline.resume_config(args.store or "store", args.resume, flags, args.sets)
+    else:
+        cfg = config.resolve(args.config, flags, args.sets)
+    result = remote.run(cfg) if remote.is_uri(cfg.store) else pipeline.run(cfg)
     counts = result.manifest["counts"]
     print(f"run {result.run_id}: {counts['docs']} documents scored, {counts['errors']} errors, "
           f"{result.manifest['timings']['docs_per_s']} docs/s -> {result.run_dir}")
@@ -131,15 +139,17 @@ def cmd_run(args) -> int:
 
 def cmd_sql(args) -> int:
     from xai_ray.query import open_store, run_sql
+    from xai_ray.remote import local_store
 
-    _print(run_sql(open_store(args.store), args.query), args.format)
+    _print(run_sql(open_store(local_store(args.store)), args.query), args.format)
     return 0
 
 
 def cmd_topk(args) -> int:
     from xai_ray.query import open_store, topk
+    from xai_ray.remote import local_store
 
-    frame = topk(open_store(args.store), args.run_id, args.method, args.layer, args.k, args.min_count, args.by)
+    frame = topk(open_store(local_store(args.store)), args.run_id, args.method, args.layer, args.k, args.min_count, args.by)
     _print(frame, args.format)
     return 0
 
@@ -154,7 +164,9 @@ def cmd_report(args) -> int:
     charts_dir = None
     if args.format != "html":  # the charts as image files too, next to the report unless told where
         charts_dir = Path(args.charts_dir or Path(args.out).with_suffix("").as_posix() + "-charts")
-    print(build_report(args.store, args.run_id, args.out, k=args.k, definition=args.definition,
+    from xai_ray.remote import local_store
+
+    print(build_report(local_store(args.store), args.run_id, args.out, k=args.k, definition=args.definition,
                        charts_dir=charts_dir, fmt=args.format))
     if charts_dir is not None:
         print(f"charts: {charts_dir}")
@@ -201,6 +213,7 @@ def _print(frame, fmt: str) -> None:
 
 COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "finetune": cmd_finetune,
             "evaluate": cmd_evaluate}
+COMMANDS.update(cli_jobs.COMMANDS)  # nightly, submit, schedule
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -53,6 +53,7 @@ class RunConfig:
     run_id: str | None = None
     report: bool = True
     top_k: int = 20
+    part_rows: int = 256_000  # rows of the largest table slice per committed part (resume granularity)
     extra: dict = field(default_factory=dict)
     # faithfulness (--evaluate): perturbation metrics of every method on the scoring actors
     evaluate: bool = False
@@ -78,7 +79,7 @@ class RunConfig:
         _check_choice("head_fusion", self.head_fusion, HEAD_FUSIONS)
         if not 0.0 <= self.discard_ratio < 1.0:
             raise ConfigError(f"discard_ratio must be in [0, 1), got {self.discard_ratio}")
-        for name in ("max_length", "batch_size", "start_layer", "top_k", "max_tokens_per_batch"):
+        for name in ("max_length", "batch_size", "start_layer", "top_k", "max_tokens_per_batch", "part_rows"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_length < 3:

@@ -64,6 +64,7 @@ class Context:
     min_count: int
     store: Any = None  # the store's folder: aggregates kept beside the run are read from there
     cache: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # what a caller hands its own sections (nightly: the night before)
 
     @property
     def run_id(self) -> str:
@@ -315,3 +316,8 @@ BUILDERS: dict[str, Callable[[Context], Section | None]] = {
     "per_class": per_class, "contrast": contrast, "layers": layers, "highlights": highlights,
     "agreement": agreement, "faithfulness": faithfulness,
 }
+
+
+from xai_ray.report_changes import since_last_night  # noqa: E402  (imports nothing of this module at load)
+
+BUILDERS["since_last_night"] = since_last_night
