@@ -16,7 +16,7 @@ import pytest
 from xai_ray import cli
 from xai_ray.config import ConfigError
 from xai_ray.corpus import read_corpus
-from xai_ray.finetune import FinetuneError, fingerprint_rows, resolve, run_finetune, split_rows
+from xai_ray.finetune import FinetuneError, encode, fingerprint_rows, resolve, run_finetune, split_rows
 from xai_ray.model import ModelError
 from xai_ray.training import plan_batches
 
@@ -168,7 +168,7 @@ def test_a_base_model_that_is_not_an_encoder_is_refused(tmp_path, capsys):
     from transformers import GPT2Config
 
     base = tmp_path / "gpt2"
-    GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=64).save_pretrained(base)
+    GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=64, bos_token_id=0, eos_token_id=0).save_pretrained(base)
     message = _fail(capsys, ["finetune", "--base", str(base), "--data", str(IMDB), "--out", str(tmp_path / "m")])
     assert "gpt2" in message and "encoder" in message
     with pytest.raises(ModelError):
@@ -223,3 +223,13 @@ def test_split_is_stratified_disjoint_and_seeded():
     assert not set(train.doc_id) & set(held.doc_id) and len(train) + len(held) == 100
     assert split_rows(rows, 0.2, seed=4)[1].doc_id.tolist() == held.doc_id.tolist()
     assert split_rows(rows, 0.2, seed=5)[1].doc_id.tolist() != held.doc_id.tolist()
+
+
+def test_head_tail_truncation_keeps_both_ends_and_the_special_tokens(wordpiece_tokenizer):
+    text = "the film was good and the plot was bad and the acting was fine"
+    full = wordpiece_tokenizer(text)["input_ids"]
+    head = encode(wordpiece_tokenizer, [text, "good"], 10, "head")
+    head_tail = encode(wordpiece_tokenizer, [text, "good"], 10, "head_tail")
+    assert head[0].tolist() == wordpiece_tokenizer(text, truncation=True, max_length=10)["input_ids"]
+    assert head_tail[0].tolist() == full[:3] + full[-7:]  # [CLS] + 2 first tokens, 6 last tokens + [SEP]
+    assert head_tail[1].tolist() == head[1].tolist() == wordpiece_tokenizer("good")["input_ids"]

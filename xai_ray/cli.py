@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 
+from xai_ray import cli_jobs
 from xai_ray.config import ConfigError
 
 
@@ -42,7 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus-per-actor", type=float, dest="gpus_per_actor")
     run.add_argument("--store")
     run.add_argument("--run-id", dest="run_id")
+    run.add_argument("--resume", metavar="RUN_ID",
+                     help="finish an interrupted run with the settings it was started with (execution flags may change)")
     run.add_argument("--no-report", dest="report", action="store_const", const=False)
+    run.add_argument("--evaluate", action="store_const", const=True,
+                     help="also measure faithfulness (comprehensiveness, sufficiency, rank correlation with "
+                          "leave-one-out and input x gradient) of every method into the faithfulness table")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets", help="override any config key")
 
     sql = sub.add_parser("sql", help="run SQL over the store's views (read-only)")
@@ -80,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--max-length", type=int, dest="max_length", help="tokens kept (default 256; --doc-id: the run's)")
     exp.add_argument("--methods", help="comma-separated (default raw,rollout,flow; --doc-id: the run's)")
 
+    ev = sub.add_parser("evaluate", help="add faithfulness metrics to a run published without --evaluate")
+    ev.add_argument("--store", default="store")
+    ev.add_argument("--run", dest="run_id", help="default: the newest run")
+    ev.add_argument("--share", type=float, help="share of documents evaluated, picked by a hash of doc_id")
+    ev.add_argument("--actors", type=int, help="default: the run's own setting")
+
     fine = sub.add_parser("finetune", help="fine-tune a classifier on Ray Train into a model folder")
     fine.add_argument("--config", help="YAML config (flags and --set override it)")
     fine.add_argument("--base", help="Hub id, local model folder, or 'minilm' (packaged weights)")
@@ -96,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     fine.add_argument("--seed", type=int)
     fine.add_argument("--out", help="output model folder (checkpoints in OUT/_checkpoints until done)")
     fine.add_argument("--set", action="append", metavar="KEY=VALUE", dest="sets", help="override any config key")
+    cli_jobs.add_parsers(sub)
     return parser
 
 
@@ -115,12 +128,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_run(args) -> int:
-    from xai_ray import config, pipeline
+    from xai_ray import config, pipeline, remote
 
     flags = {k: getattr(args, k) for k in ("data", "split", "limit", "model", "methods", "max_length",
-                                           "batch_size", "actors", "gpus_per_actor", "store", "run_id", "report")}
-    cfg = config.resolve(args.config, flags, args.sets)
-    result = pipeline.run(cfg)
+                                           "batch_size", "actors", "gpus_per_actor", "store", "run_id", "report",
+                                           "evaluate")}
+    if args.resume:
+        flags = {k: v for k, v in flags.items() if k not in ("store", "run_id")}
+        cfg = pipeline.resume_config(args.store or "store", args.resume, flags, args.sets)
+    else:
+        cfg = config.resolve(args.config, flags, args.sets)
+    result = remote.run(cfg) if remote.is_uri(cfg.store) else pipeline.run(cfg)
     counts = result.manifest["counts"]
     print(f"run {result.run_id}: {counts['docs']} documents scored, {counts['errors']} errors, "
           f"{result.manifest['timings']['docs_per_s']} docs/s -> {result.run_dir}")
@@ -131,15 +149,17 @@ def cmd_run(args) -> int:
 
 def cmd_sql(args) -> int:
     from xai_ray.query import open_store, run_sql
+    from xai_ray.remote import local_store
 
-    _print(run_sql(open_store(args.store), args.query), args.format)
+    _print(run_sql(open_store(local_store(args.store)), args.query), args.format)
     return 0
 
 
 def cmd_topk(args) -> int:
     from xai_ray.query import open_store, topk
+    from xai_ray.remote import local_store
 
-    frame = topk(open_store(args.store), args.run_id, args.method, args.layer, args.k, args.min_count, args.by)
+    frame = topk(open_store(local_store(args.store)), args.run_id, args.method, args.layer, args.k, args.min_count, args.by)
     _print(frame, args.format)
     return 0
 
@@ -154,10 +174,24 @@ def cmd_report(args) -> int:
     charts_dir = None
     if args.format != "html":  # the charts as image files too, next to the report unless told where
         charts_dir = Path(args.charts_dir or Path(args.out).with_suffix("").as_posix() + "-charts")
-    print(build_report(args.store, args.run_id, args.out, k=args.k, definition=args.definition,
+    from xai_ray.remote import local_store
+
+    print(build_report(local_store(args.store), args.run_id, args.out, k=args.k, definition=args.definition,
                        charts_dir=charts_dir, fmt=args.format))
     if charts_dir is not None:
         print(f"charts: {charts_dir}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from xai_ray.audit import evaluate_run
+
+    if args.share is not None and not 0.0 < args.share <= 1.0:
+        raise ConfigError(f"--share must be in (0, 1], got {args.share}")
+    manifest = evaluate_run(args.store, args.run_id, args.share, args.actors)
+    counts = manifest["counts"]
+    print(f"run {manifest['run_id']}: {counts['faithfulness']} faithfulness rows, {counts['evaluate_errors']} "
+          f"evaluation errors, {manifest['timings']['evaluate_s']} s")
     return 0
 
 
@@ -214,7 +248,8 @@ def _print(frame, fmt: str) -> None:
 
 
 COMMANDS = {"run": cmd_run, "sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "finetune": cmd_finetune,
-            "explain": cmd_explain}
+            "evaluate": cmd_evaluate, "explain": cmd_explain}
+COMMANDS.update(cli_jobs.COMMANDS)  # nightly, submit, schedule
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -57,7 +57,12 @@ class RunConfig:
     run_id: str | None = None
     report: bool = True
     top_k: int = 20
+    part_rows: int = 256_000  # rows of the largest table slice per committed part (resume granularity)
     extra: dict = field(default_factory=dict)
+    # faithfulness (--evaluate): perturbation metrics of every method on the scoring actors
+    evaluate: bool = False
+    evaluate_fractions: tuple[float, ...] = (0.05, 0.10, 0.20, 0.50)  # shares of tokens removed / kept
+    evaluate_share: float = 1.0  # share of documents evaluated, picked by a hash of doc_id
 
     def __post_init__(self) -> None:
         from xai_ray.methods import REGISTRY
@@ -78,7 +83,7 @@ class RunConfig:
         _check_choice("head_fusion", self.head_fusion, HEAD_FUSIONS)
         if not 0.0 <= self.discard_ratio < 1.0:
             raise ConfigError(f"discard_ratio must be in [0, 1), got {self.discard_ratio}")
-        for name in ("max_length", "batch_size", "start_layer", "top_k", "max_tokens_per_batch"):
+        for name in ("max_length", "batch_size", "start_layer", "top_k", "max_tokens_per_batch", "part_rows"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_length < 3:
@@ -90,14 +95,31 @@ class RunConfig:
                               f"{self.heads_sample} and {self.heads_sample_rows}")
         if self.actors < 0:
             raise ConfigError(f"actors must be >= 0 (0 picks automatically), got {self.actors}")
+        self._check_evaluation()
         if self.run_id is not None and not _safe_name(self.run_id):
             raise ConfigError(
                 f"run_id {self.run_id!r} may hold only letters, digits, '-', '_' and '.'"
             )
 
+    def _check_evaluation(self) -> None:
+        fractions = self.evaluate_fractions
+        if isinstance(fractions, (int, float)):
+            fractions = (fractions,)
+        try:
+            if isinstance(fractions, str):
+                fractions = fractions.split(",")
+            object.__setattr__(self, "evaluate_fractions", tuple(float(f) for f in fractions))
+        except (TypeError, ValueError):
+            raise ConfigError(f"evaluate_fractions must be a list of shares such as 0.05,0.1; got {fractions!r}") from None
+        if not self.evaluate_fractions or not all(0.0 < f <= 1.0 for f in self.evaluate_fractions):
+            raise ConfigError(f"evaluate_fractions must be shares in (0, 1], got {list(self.evaluate_fractions)}")
+        if not 0.0 < self.evaluate_share <= 1.0:
+            raise ConfigError(f"evaluate_share must be in (0, 1], got {self.evaluate_share}")
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["methods"] = list(self.methods)
+        out["evaluate_fractions"] = list(self.evaluate_fractions)
         return out
 
     @property

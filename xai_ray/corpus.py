@@ -7,6 +7,8 @@ stable ``{split}-{row}`` ids, so the same document keeps its id between runs.
 
 from __future__ import annotations
 
+import codecs
+import io
 import re
 import tarfile
 from pathlib import Path
@@ -15,6 +17,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 COLUMNS = ["doc_id", "text", "label"]
+# A Unicode noncharacter (never meant for interchange): it stands in for each byte of a CSV/JSONL
+# file that is not UTF-8, so those rows can be quarantined rather than silently "repaired".
+INVALID_UTF8 = "\ufdd0"
 IMDB_LABELS = {"neg": 0, "pos": 1}
 _BREAK = re.compile(r"<br\s*/?>", flags=re.IGNORECASE)
 
@@ -69,13 +74,39 @@ def _read_source(source: str, split: str) -> pd.DataFrame:
         if name.endswith(".parquet"):
             return _read_parquet(path)
         if name.endswith(".csv"):
-            return pd.read_csv(path, encoding_errors="replace")
+            # Every field as written: no "NA"/"null" turned missing, no "007" turned 7.
+            return _parse(path, lambda text: pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False))
         if name.endswith((".jsonl", ".json")):
-            return pd.read_json(path, lines=name.endswith(".jsonl"), encoding_errors="replace")
+            return _parse(path, lambda text: pd.read_json(io.StringIO(text), lines=name.endswith(".jsonl"),
+                                                          convert_dates=False))
         raise CorpusError(f"cannot read {source!r}: use .parquet, .csv, .jsonl, an aclImdb folder or .tar.gz")
     if source.startswith((".", "/", "~")) or source.endswith((".parquet", ".csv", ".jsonl", ".gz")):
         raise CorpusError(f"data path {source!r} does not exist")
     return _read_hub(source, split)
+
+
+def _parse(path: Path, parse) -> pd.DataFrame:
+    """Parse a text file whose bytes that are not UTF-8 became ``INVALID_UTF8`` (screening quarantines
+    those rows); a file that does not parse at all is one sentence."""
+    text = decode_marking_invalid(path.read_bytes())
+    try:
+        return parse(text)
+    except Exception as err:  # pandas raises several types for malformed files
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise CorpusError(f"{str(path)!r} cannot be parsed: {first}") from None
+
+
+def decode_marking_invalid(data: bytes) -> str:
+    """UTF-8 (a BOM dropped), each undecodable byte replaced by ``INVALID_UTF8``."""
+    return data.decode("utf-8-sig", errors=_MARK_INVALID)
+
+
+def _mark_invalid(error: UnicodeDecodeError) -> tuple[str, int]:
+    return INVALID_UTF8, error.start + 1  # one marker per bad byte
+
+
+_MARK_INVALID = "xai_ray_mark_invalid"
+codecs.register_error(_MARK_INVALID, _mark_invalid)
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -152,7 +183,7 @@ def _standardise(frame, source, split, text_column, label_column, id_column) -> 
             "name the right one with --set text_column=NAME"
         )
     if id_column in frame.columns:
-        ids = frame[id_column].astype(str)
+        ids = frame[id_column].map(lambda v: None if v is None or v is pd.NA or v != v else str(v))
     else:
         ids = pd.Series([f"{split}-{i}" for i in range(len(frame))], index=frame.index)
     if label_column in frame.columns:

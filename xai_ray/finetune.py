@@ -1,9 +1,9 @@
 """``xai-ray finetune``: fine-tune an encoder into a negative/positive classifier on Ray Train.
 
 The driver reads the corpus, checks its labels, splits off a stratified held-out slice (recorded by
-doc id), tokenizes once and hands the token ids to a ``TorchTrainer`` (``xai_ray.training`` is the
-worker loop: data-parallel over ``workers``, bf16 autocast on GPU, AdamW with linear warmup/decay,
-gradient clipping). Checkpoints go to ``OUT/_checkpoints``; running the same command again after an
+doc id), tokenizes once (long texts keep their start and their end: ``truncation=head_tail``) and
+hands the token ids to a ``TorchTrainer`` (``xai_ray.training`` is the worker loop: data-parallel
+over ``workers``, bf16 autocast on GPU, AdamW with linear warmup/decay, gradient clipping). Checkpoints go to ``OUT/_checkpoints``; running the same command again after an
 interruption resumes from the latest one (Ray Train V2 restores a run from its ``RunConfig(name,
 storage_path)``). At the end ``OUT`` is a Hugging Face model folder (safetensors, tokenizer,
 id2label) that ``xai-ray run --model OUT`` loads, plus ``metrics.json`` and ``heldout_ids.txt``.
@@ -30,12 +30,13 @@ from xai_ray.config import ConfigError, parse_set, read_yaml
 
 log = logging.getLogger("xai_ray")
 LABELS = {0: "negative", 1: "positive"}
+TRUNCATIONS = ("head", "head_tail")
 CHECKPOINTS = "_checkpoints"
 RUN_NAME = "finetune"
 # Keys that may change between an interrupted run and its resumption without changing the job.
 RESUMABLE_CHANGES = ("out", "resume", "keep_checkpoints", "log_every", "checkpoint_every", "max_failures",
                      "fail_after_epoch", "workers", "gpus_per_worker", "cpus_per_worker", "eval_batch_size")
-FLOATS = ("eval_fraction", "lr", "weight_decay", "warmup_ratio", "max_grad_norm", "gpus_per_worker", "cpus_per_worker")
+FLOATS = ("eval_fraction", "lr", "head_lr_scale", "weight_decay", "warmup_ratio", "max_grad_norm", "gpus_per_worker", "cpus_per_worker")
 NUMBERS = FLOATS + ("limit", "seed", "max_length", "epochs", "batch_size", "eval_batch_size", "workers",
                     "max_failures", "log_every", "checkpoint_every", "fail_after_epoch")
 
@@ -61,6 +62,7 @@ class FinetuneConfig:
     allow_pickle: bool = False
     trust_remote_code: bool = False
     max_length: int = 256
+    truncation: str = "head_tail"  # long texts: first quarter + last tokens (head: first tokens only, as `run`)
     # optimisation
     epochs: int = 1
     batch_size: int = 16  # global: split across workers
@@ -68,6 +70,7 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
+    head_lr_scale: float = 1.0  # the classifier head (and pooler) learns at lr x this
     bf16: bool | None = None  # None: bf16 autocast on GPU only
     eval_batch_size: int = 32
     # execution
@@ -98,12 +101,14 @@ class FinetuneConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_length < 3:
             raise ConfigError("max_length must leave room for [CLS], one token and [SEP] (>= 3)")
+        if self.truncation not in TRUNCATIONS:
+            raise ConfigError(f"truncation must be one of {', '.join(TRUNCATIONS)}; got {self.truncation!r}")
         if not 0.0 < self.eval_fraction < 1.0:
             raise ConfigError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.lr <= 0 or self.weight_decay < 0 or self.max_grad_norm < 0:
-            raise ConfigError("lr must be > 0, weight_decay and max_grad_norm >= 0")
+        if self.lr <= 0 or self.head_lr_scale <= 0 or self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise ConfigError("lr and head_lr_scale must be > 0, weight_decay and max_grad_norm >= 0")
         if self.limit is not None and self.limit < 2:
             raise ConfigError(f"limit must be >= 2 when given, got {self.limit}")
         if self.workers < 0 or self.checkpoint_every < 0 or self.max_failures < -1:
@@ -152,8 +157,7 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
     tokenizer = _tokenizer(cfg.base, path, cfg.trust_remote_code)
     train, heldout = split_rows(labelled_rows(cfg), cfg.eval_fraction, cfg.seed)
     data_fingerprint = fingerprint_rows(pd.concat([train, heldout]))
-    encode = tokenizer(list(train.text) + list(heldout.text), truncation=True, max_length=cfg.max_length)["input_ids"]
-    ids = [np.asarray(x, dtype=np.int32) for x in encode]
+    ids = encode(tokenizer, list(train.text) + list(heldout.text), cfg.max_length, cfg.truncation)
     prepared_s = time.perf_counter() - started
     log.info("fine-tuning %s on %d reviews, %d held out (data sha256 %s...)", cfg.base, len(train), len(heldout),
              data_fingerprint[:12])
@@ -174,6 +178,7 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
         "model_path": path, "allow_pickle": cfg.allow_pickle, "trust_remote_code": cfg.trust_remote_code,
         "job_key": job_key, "seed": cfg.seed, "epochs": cfg.epochs, "batch_size": cfg.batch_size, "lr": cfg.lr,
         "weight_decay": cfg.weight_decay, "warmup_ratio": cfg.warmup_ratio, "max_grad_norm": cfg.max_grad_norm,
+        "head_lr_scale": cfg.head_lr_scale,
         "eval_batch_size": cfg.eval_batch_size, "log_every": cfg.log_every, "checkpoint_every": cfg.checkpoint_every,
         "fail_after_epoch": cfg.fail_after_epoch, "pad_id": tokenizer.pad_token_id or 0,
         "threads": scaling["threads"], "bf16": scaling["bf16"],
@@ -193,6 +198,24 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
     log.info("fine-tuned model -> %s (held-out accuracy %.4f, %.1f min)", out, metrics["heldout_accuracy"],
              metrics["timings"]["total_s"] / 60)
     return FinetuneResult(out=out, metrics=metrics)
+
+
+def encode(tokenizer, texts: list[str], max_length: int, truncation: str = "head") -> list[np.ndarray]:
+    """Token ids with special tokens, at most ``max_length``; ``head_tail`` keeps a quarter of the budget
+    from the start and the rest from the end of long texts (reviews tend to end with the verdict)."""
+    if truncation == "head":
+        return [np.asarray(x, dtype=np.int32)
+                for x in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+    bare, full = tokenizer("a", add_special_tokens=False)["input_ids"], tokenizer("a")["input_ids"]
+    prefix = next(i for i in range(len(full)) if full[i:i + len(bare)] == bare)  # [CLS] ... [SEP] around the text
+    keep = max_length - (len(full) - len(bare))
+    head = prefix + keep // 4
+    out = []
+    for ids in tokenizer(texts)["input_ids"]:
+        if len(ids) > max_length:
+            ids = ids[:head] + ids[len(ids) - (max_length - head):]
+        out.append(np.asarray(ids, dtype=np.int32))
+    return out
 
 
 def labelled_rows(cfg: FinetuneConfig) -> pd.DataFrame:

@@ -62,6 +62,36 @@ class HeadTotals:
             self.jsd_rows += int(pc.sum(sampled.column("head_jsd_rows")).as_py())
             self.jsd_docs += sampled.num_rows
 
+    def merge(self, other: HeadTotals) -> None:
+        """Add another total in (an earlier part of the same run, see ``store.RunWriter``)."""
+        if other.sums is None:
+            return
+        self.n_layers = self.n_layers or other.n_layers
+        self.sums = other.sums.copy() if self.sums is None else self.sums + other.sums
+        self.n_docs += other.n_docs
+        self.n_rows += other.n_rows
+        if other.jsd is not None:
+            self.jsd = other.jsd.copy() if self.jsd is None else self.jsd + other.jsd
+        self.jsd_rows += other.jsd_rows
+        self.jsd_docs += other.jsd_docs
+
+    def state(self) -> dict | None:
+        """Plain JSON values (kept in a committed part's record); None when nothing was added."""
+        if self.sums is None:
+            return None
+        return {"sums": self.sums.tolist(), "n_docs": self.n_docs, "n_rows": self.n_rows, "n_layers": self.n_layers,
+                "jsd": None if self.jsd is None else self.jsd.tolist(), "jsd_rows": self.jsd_rows,
+                "jsd_docs": self.jsd_docs}
+
+    @classmethod
+    def from_state(cls, state: dict) -> HeadTotals:
+        totals = cls()
+        totals.sums = np.asarray(state["sums"], dtype=np.float64)
+        totals.n_docs, totals.n_rows, totals.n_layers = state["n_docs"], state["n_rows"], state["n_layers"]
+        totals.jsd = None if state["jsd"] is None else np.asarray(state["jsd"], dtype=np.float64)
+        totals.jsd_rows, totals.jsd_docs = state["jsd_rows"], state["jsd_docs"]
+        return totals
+
     def means(self) -> np.ndarray:
         """(L, H, k) mean of each statistic over the rows it is defined on (see ``PER_DOCUMENT``)."""
         rows = np.array([self.n_docs if name in PER_DOCUMENT else self.n_rows - self.n_docs if name in ONE_LESS

@@ -8,6 +8,7 @@ Weights load from safetensors unless ``allow_pickle``; remote code runs only wit
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,8 +89,14 @@ def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: 
     local = Path(path).is_dir()
     if not local and (path.startswith((".", "/", "~")) or Path(path).exists()):
         raise ModelError(f"model path {path!r} is not a folder holding a Hugging Face model")
+    if local and not trust_remote_code and _ships_code(Path(path)):
+        raise ModelError(
+            f"model folder {path!r} ships its own code (auto_map in config.json); it runs only with "
+            "--set trust_remote_code=true, after you have read it"
+        )
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        with _quiet_transformers():  # its warnings on a foreign config would bury our one sentence
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as err:
         raise ModelError(
             f"could not load model {name!r} ({type(err).__name__}); offline, use a local folder "
@@ -102,6 +109,27 @@ def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: 
             "--set allow_pickle=true (they can run code)"
         )
     return path, config
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _ships_code(folder: Path) -> bool:
+    import json
+
+    try:
+        return "auto_map" in json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False  # AutoConfig below names what is wrong with the folder
 
 
 def describe_model(name: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> dict:
@@ -121,12 +149,20 @@ def label_names(config, num_labels: int = 2) -> dict[int, str]:
 
 
 def _check_encoder(name: str, config) -> None:
-    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False):
+    if (getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False)
+            or _decoder_only(config.model_type)):
         raise ModelError(f"model {name!r} is not an encoder classifier (decoder models are not supported)")
     if config.model_type not in ENCODER_TYPES:
         raise ModelError(
             f"model {name!r} has type {config.model_type!r}; supported encoder families: {', '.join(ENCODER_TYPES)}"
         )
+
+
+def _decoder_only(model_type: str) -> bool:
+    """GPT-style families: they have causal language-model heads and are no encoder of ours."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return model_type not in ENCODER_TYPES and model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 
 def _n_layers(config) -> int:

@@ -1,5 +1,5 @@
-"""DuckDB over the store: views ``runs``, ``docs``, ``tokens``, ``words``, ``errors``, ``heads``,
-``head_similarity``, and named queries.
+"""DuckDB over the store: views ``runs``, ``docs``, ``tokens``, ``words``, ``errors``, ``faithfulness``,
+``heads``, ``head_similarity``, and named queries.
 
 The connection is in memory and sandboxed once the views exist: it can read only the store's
 folder, cannot write files, attach databases or install extensions, and its settings are locked.
@@ -17,17 +17,19 @@ import pyarrow as pa
 from xai_ray import store as store_layout
 
 SQL_DIR = Path(__file__).parent / "sql"
-TABLES = ("docs", "errors", "tokens", "words", "heads", "head_similarity")
+TABLES = ("docs", "errors", "tokens", "words", "faithfulness", "heads", "head_similarity")
 PARTITIONS = {
     "docs": {"run_id": pa.string()},
     "errors": {"run_id": pa.string()},
     "tokens": {"run_id": pa.string(), "method": pa.string(), "layer": pa.int32()},
     "words": {"run_id": pa.string(), "method": pa.string(), "layer": pa.int32()},
+    "faithfulness": {"run_id": pa.string()},
     "heads": {"run_id": pa.string()},
     "head_similarity": {"run_id": pa.string()},
 }
 SCHEMAS = {"docs": store_layout.DOCS, "errors": store_layout.ERRORS,
            "tokens": store_layout.TOKENS, "words": store_layout.WORDS,
+           "faithfulness": store_layout.FAITHFULNESS,
            "heads": store_layout.HEADS, "head_similarity": store_layout.HEAD_SIMILARITY}
 
 
@@ -104,8 +106,18 @@ def run_named(con, name: str, **params):
     return con.execute(sql_text(name), params).df()
 
 
+# The sandbox keeps reads inside the store, but DuckDB lets COPY/EXPORT/ATTACH write into an allowed
+# directory: user SQL is therefore held to statements that only read.
+READ_ONLY_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
 def run_sql(con, text: str):
     try:
+        for statement in con.extract_statements(text):
+            kind = statement.type.name
+            if kind not in READ_ONLY_STATEMENTS:
+                raise QueryError(f"xai-ray sql runs read-only queries (select, with, from, describe, show, "
+                                 f"summarize, explain); refused a {kind} statement")
         return con.execute(text).df()
     except duckdb.Error as err:
         raise QueryError(str(err).splitlines()[0]) from None
@@ -137,3 +149,55 @@ def topk(con, run_id: str | None = None, method: str = "rollout", layer: int | N
     if by == "all":
         return run_named(con, "topk", **params)
     return run_named(con, "topk_grouped", by=by, **params)
+
+
+def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool = True) -> duckdb.DuckDBPyConnection:
+    """The views of several published runs seen as one run named ``label`` (a nightly corpus).
+
+    Each document appears once, in the version of the latest run that scored it (``run_ids`` in
+    order, oldest first); ``source_run_id`` names that run. ``runs`` holds one row: the newest
+    run's manifest with the runs' counts summed and their ids under ``runs``.
+    """
+    root = Path(store).resolve()
+    if not run_ids:
+        raise QueryError("no runs to combine")
+    published = set(store_layout.list_runs(root))
+    missing = [run_id for run_id in run_ids if run_id not in published]
+    if missing:
+        raise QueryError(f"no run {missing[0]!r} in the store")
+    runs = [store_layout.run_dir(root, run_id) for run_id in run_ids]
+    con = duckdb.connect(":memory:")
+    con.execute("SET VARIABLE union_label = ?", [label])
+    con.execute("SET VARIABLE union_runs = ?", [list(run_ids)])
+    for table in ("docs", "errors", "tokens", "words"):  # docs first: the others read it
+        files = sorted(str(f) for run in runs for f in (run / table).rglob("*.parquet"))
+        if files:
+            con.execute(f"SET VARIABLE files_{table} = ?", [files])
+            con.execute(f"create view {table} as {sql_text(f'union_{table}')}")
+        else:
+            con.from_arrow(_empty(table).append_column("source_run_id", pa.array([], pa.string()))).create_view(table)
+    con.from_arrow(_union_runs_row(runs, label)).create_view("runs")
+    if sandbox:
+        con.execute("SET allowed_directories = ?", [[str(root)]])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    return con
+
+
+def _union_runs_row(run_dirs: list[Path], label: str) -> pa.Table:
+    rows = _runs_table(run_dirs).to_pylist()
+    newest = dict(rows[-1])
+    manifest = json.loads(newest["manifest"])
+    counts: dict = {}
+    for row in rows:
+        for key, value in json.loads(row["manifest"]).get("counts", {}).items():
+            counts[key] = counts.get(key, 0) + (value or 0)
+    timings = [json.loads(row["manifest"]).get("timings", {}) for row in rows]
+    score_s = sum(t.get("score_and_write_s") or 0 for t in timings)
+    manifest.update(run_id=label, counts=counts, runs=[row["run_id"] for row in rows], timings={
+        "score_and_write_s": round(score_s, 3), "total_s": round(sum(t.get("total_s") or 0 for t in timings), 3),
+        "docs_per_s": round(counts.get("docs", 0) / score_s, 3) if score_s else None})
+    newest.update(run_id=label, n_docs=sum(r["n_docs"] or 0 for r in rows),
+                  n_errors=sum(r["n_errors"] or 0 for r in rows), seconds=sum(r["seconds"] or 0 for r in rows),
+                  manifest=json.dumps(manifest, sort_keys=True))
+    return pa.Table.from_pylist([newest], schema=_runs_table([]).schema)

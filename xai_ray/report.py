@@ -73,9 +73,13 @@ def _check(d: dict) -> None:
         raise ConfigError("report definition: highlight.layer must be 'last' or a layer number")
 
 
-def context(store: str | Path, run_id: str | None, definition: dict, k: int | None = None) -> Context:
-    """Open the store, pick the run and settle k, min_count and the main method."""
-    con = open_store(store)
+def context(store: str | Path, run_id: str | None, definition: dict, k: int | None = None, con=None,
+            extra: dict | None = None) -> Context:
+    """Open the store, pick the run and settle k, min_count and the main method. ``con``: an open
+    connection to report on instead (e.g. ``query.open_union``: aggregates kept beside a run are
+    then not used); ``extra``: data for sections that need more than the store (nightly changes)."""
+    given = con is not None
+    con = con if given else open_store(store)
     run = pick_run(con, run_id)
     manifest = json.loads(run["manifest"])
     summary = run_named(con, "summary", run_id=run["run_id"]).iloc[0].to_dict()
@@ -91,7 +95,8 @@ def context(store: str | Path, run_id: str | None, definition: dict, k: int | No
     labels = {int(key): value for key, value in manifest.get("model", {}).get("labels", {}).items()}
     return Context(con=con, run=run, manifest=manifest, summary=summary, definition=definition, labels=labels,
                    methods=methods, main_method=main, last_layer=int(run["n_layers"]),
-                   k=int(k or definition["k"]), min_count=int(min_count), store=Path(store))
+                   k=int(k or definition["k"]), min_count=int(min_count), store=None if given else Path(store),
+                   extra=dict(extra or {}))
 
 
 def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dict | None = None) -> list[Path]:
@@ -117,12 +122,13 @@ def build_sections(ctx: Context) -> list[Section]:
 
 def build_report(store: str | Path, run_id: str | None, out: str | Path, k: int | None = None,
                  definition: str | Path | dict | None = None, charts_dir: str | Path | None = None,
-                 fmt: str = "png") -> Path:
+                 fmt: str = "png", con=None, extra: dict | None = None) -> Path:
     """Write the report of ``run_id`` (default: newest run) to ``out``; returns its path. With
-    ``charts_dir``, also write every chart there as ``fmt`` (png or svg) from the same queries."""
+    ``charts_dir``, also write every chart there as ``fmt`` (png or svg) from the same queries.
+    ``con`` and ``extra``: see ``context``."""
     if not isinstance(definition, dict):
         definition = load_definition(definition)
-    ctx = context(store, run_id, definition, k)
+    ctx = context(store, run_id, definition, k, con=con, extra=extra)
     sections = build_sections(ctx)
     page = _page(ctx, sections)
     out = Path(out)

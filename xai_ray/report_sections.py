@@ -23,7 +23,8 @@ from xai_ray.store import read_aggregate
 
 # Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
 # beside the run, so building the report costs the same for 200 reviews or 25,000.
-KEPT = ("report_topk_all", "report_contrast", "report_agreement")
+KEPT = ("report_topk_all", "report_contrast", "report_agreement",
+        "faithfulness_bootstrap")  # report_faithfulness keeps its bootstrap summary the same way
 
 CURVE_WORDS = 4
 MAX_CHART_ROWS = 4_500  # Altair refuses more than 5,000 rows per chart; stay clear of it
@@ -63,6 +64,7 @@ class Context:
     min_count: int
     store: Any = None  # the store's folder: aggregates kept beside the run are read from there
     cache: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # what a caller hands its own sections (nightly: the night before)
 
     @property
     def run_id(self) -> str:
@@ -303,12 +305,20 @@ def number(value, fmt: str = ".3f") -> str:
     return "n/a" if value is None or pd.isna(value) else format(value, fmt)
 
 
+def faithfulness(ctx: Context) -> Section | None:
+    from xai_ray.report_faithfulness import faithfulness as build  # its own module (it imports this one)
+
+    return build(ctx)
+
+
 BUILDERS: dict[str, Callable[[Context], Section | None]] = {
     "summary": summary, "headline": headline, "explorer": explorer, "per_method": per_method,
     "per_class": per_class, "contrast": contrast, "layers": layers, "highlights": highlights,
-    "agreement": agreement,
+    "agreement": agreement, "faithfulness": faithfulness,
 }
 # Sections in modules of their own (they build on the classes above)
+from xai_ray.report_changes import since_last_night  # noqa: E402  (imports nothing of this module at load)
 from xai_ray.report_heads import heads  # noqa: E402
 
 BUILDERS["heads"] = heads
+BUILDERS["since_last_night"] = since_last_night

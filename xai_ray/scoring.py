@@ -16,7 +16,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from xai_ray.evaluation import FAITHFULNESS_FIELDS
 from xai_ray.methods import AttentionOptions, get_method
+from xai_ray.recovery import is_out_of_memory, prefix_for_tokenizer, release_memory
 from xai_ray.words import merge_scores, normalise, word_index, word_texts
 
 log = logging.getLogger("xai_ray.scoring")
@@ -36,6 +38,7 @@ ROW_FIELDS = [
     pa.field("error", pa.string()),
     pa.field("model_fingerprint", pa.string()),
     pa.field("seconds", pa.map_(pa.string(), pa.float64())),  # per stage, for the manifest's timings
+    *FAITHFULNESS_FIELDS,  # filled when the run evaluates (--evaluate), else null
 ]
 
 
@@ -89,6 +92,18 @@ class DeferredMethods:
         self.schema = row_schema(list(config["methods"]))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        try:
+            return self._add_methods(batch)
+        except Exception as err:  # nothing may escape: Ray Data would fail the whole dataset
+            log.exception("deferred methods failed on a whole batch; its documents are recorded as errors")
+            reason = f"{', '.join(self.deferred)} failed: {type(err).__name__}: {err}"
+            rows = [{"doc_id": doc_id, "label": label, "error": reason, "model_fingerprint": fingerprint}
+                    for doc_id, label, fingerprint in zip(batch.column("doc_id").to_pylist(),
+                                                          batch.column("label").to_pylist(),
+                                                          batch.column("model_fingerprint").to_pylist())]
+            return pa.Table.from_pylist(rows, schema=self.schema)
+
+    def _add_methods(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
         for row in rows:
             attention = row.pop("attention", None)
@@ -148,17 +163,28 @@ class Scorer:
         self.deferred = set(config.get("deferred_methods") or [])
         self.schema = row_schema(list(self.methods), with_attention=bool(self.deferred))
         self.pid = os.getpid()
-        self.fallbacks = 0  # batches that had to be re-scored one document at a time
+        self.evaluator = self._evaluator(config)
         self.heads = bool(config.get("heads", True))
         self.heads_sample_rows = int(config.get("heads_sample_rows") or 128)
         self.punctuation: dict[int, bool] = {}  # vocabulary id -> is punctuation, filled as ids are seen
         self.sampled: set[int] = set()  # batch positions chosen for head similarity
+        self.fallbacks = 0  # batches that had to be re-scored one document at a time
+        self.splits = 0  # groups halved after running out of memory
 
     def __call__(self, batch: dict) -> pa.Table:
+        try:
+            return self._score_batch(batch)
+        except Exception as err:  # nothing may escape: Ray Data would fail the whole dataset
+            log.exception("batch failed as a whole; its documents are recorded as errors")
+            ids = [str(x) for x in batch.get("doc_id", [])]
+            reason = f"batch failed: {type(err).__name__}: {err}"
+            return pa.Table.from_pylist([self._error_row(i, None, reason) for i in ids], schema=self.schema)
+
+    def _score_batch(self, batch: dict) -> pa.Table:
         ids = [str(x) for x in batch["doc_id"]]
         texts = list(batch["text"])
         labels = [None if _missing(x) else int(x) for x in batch["label"]]
-        # The driver marks the documents of the head-similarity sample (pipeline.score)
+        # The driver marks the documents of the head-similarity sample (pipeline.order_corpus)
         self.sampled = {i for i, x in enumerate(batch.get("heads_sample", ())) if x} if self.heads else set()
         rows, good = [], []
         for i, text in enumerate(texts):
@@ -167,20 +193,33 @@ class Scorer:
                 rows.append(self._error_row(ids[i], labels[i], problem))
             else:
                 good.append(i)
-        for group in self._groups(texts, good):
-            try:
-                rows.extend(self._score(ids, texts, labels, group))
-            except Exception as err:
-                # One bad document must not sink its batch: score the rest one at a time.
-                self.fallbacks += 1
-                log.warning("batch of %d failed (%s: %s); scoring its documents one at a time",
-                            len(group), type(err).__name__, err)
-                for i in group:
-                    try:
-                        rows.extend(self._score(ids, texts, labels, [i]))
-                    except Exception as err:  # recorded per row, the job goes on
-                        rows.append(self._error_row(ids[i], labels[i], f"scoring failed: {type(err).__name__}: {err}"))
+        # Very long texts are cut at whitespace before tokenizing (same tokens kept; see recovery).
+        cut = {i: prefix_for_tokenizer(self.tokenizer, texts[i], self.max_length) for i in good}
+        for group in self._groups(cut, good):
+            rows.extend(self._score_group(ids, texts, labels, group, cut))
         return pa.Table.from_pylist(rows, schema=self.schema)
+
+    def _score_group(self, ids, texts, labels, group, cut) -> list[dict]:
+        """Score a group; out of memory halves it, any other failure scores its documents alone."""
+        try:
+            return self._score(ids, texts, labels, group, cut)
+        except Exception as err:
+            reason = f"scoring failed: {type(err).__name__}: {err}"
+            if len(group) == 1:  # recorded per row, the job goes on
+                return [self._error_row(ids[group[0]], labels[group[0]], reason)]
+            if is_out_of_memory(err):
+                self.splits += 1
+                release_memory(self.device)
+                half = len(group) // 2
+                log.warning("out of memory on %d documents; retrying in halves of %d and %d",
+                            len(group), half, len(group) - half)
+                return (self._score_group(ids, texts, labels, group[:half], cut)
+                        + self._score_group(ids, texts, labels, group[half:], cut))
+            # One bad document must not sink its batch: score the rest one at a time.
+            self.fallbacks += 1
+            log.warning("batch of %d failed (%s: %s); scoring its documents one at a time",
+                        len(group), type(err).__name__, err)
+            return [row for i in group for row in self._score_group(ids, texts, labels, [i], cut)]
 
     def _groups(self, texts, chosen) -> list[list[int]]:
         """Split a batch into length-sorted groups of at most ``max_tokens_per_batch`` padded tokens.
@@ -189,7 +228,7 @@ class Scorer:
         """
         if not chosen:
             return []
-        encoded = self.tokenizer([texts[i] for i in chosen], truncation=True, max_length=self.max_length)
+        encoded = self.tokenizer([texts[i] for i in chosen], truncation=True, max_length=self.max_length)  # cut texts
         lengths = {i: len(ids) for i, ids in zip(chosen, encoded["input_ids"])}
         order = sorted(chosen, key=lambda i: -lengths[i])
         groups, current = [], []
@@ -202,13 +241,13 @@ class Scorer:
         groups.append(current)
         return groups
 
-    def _score(self, ids, texts, labels, chosen) -> list[dict]:
+    def _score(self, ids, texts, labels, chosen, cut) -> list[dict]:
         import torch
 
         from xai_ray.capture import forward_with_attention
 
         encoding = self.tokenizer(
-            [texts[i] for i in chosen],
+            [cut[i] for i in chosen],
             truncation=True,
             max_length=self.max_length,
             padding=True,
@@ -248,7 +287,7 @@ class Scorer:
                 "probs": probs[b].tolist(),
                 "n_tokens": n,
                 "n_layers": fused.shape[1],
-                "truncated": _was_truncated(texts[i], doc_offsets, index),
+                "truncated": self._was_truncated(texts[i], doc_offsets, index),
                 "tokens": tokens,
                 "word_index": index.tolist(),
                 "words": word_texts(index, n_words, doc_offsets, texts[i]),
@@ -265,6 +304,8 @@ class Scorer:
                 row["attention"] = doc_attention.astype(np.float32).ravel()  # for the CPU stage
             row.update(head_columns[b])
             rows.append(row)
+        if self.evaluator is not None:
+            self.evaluator.add_metrics(rows, model_inputs["input_ids"], model_inputs["attention_mask"])
         return rows
 
     def _head_collector(self, encoding, chosen):
@@ -290,6 +331,27 @@ class Scorer:
                             "head_jsd": None if jsd is None else jsd.numpy().ravel(), "head_jsd_rows": jsd_rows})
         return columns
 
+    def _evaluator(self, config: dict):
+        """The faithfulness stage (``--evaluate``), run here because this actor holds the model."""
+        if not config.get("evaluate"):
+            return None
+        from xai_ray.evaluation import Evaluator
+        from xai_ray.faithfulness import FRACTIONS
+
+        return Evaluator(self.model, self.tokenizer, self.device, self.token_budget,
+                         [m for m in self.methods if m not in self.deferred],
+                         fractions=config.get("evaluate_fractions") or FRACTIONS,
+                         seed=config.get("seed", 0), share=config.get("evaluate_share", 1.0))
+
+    def _was_truncated(self, text: str, offsets, index) -> bool:
+        """Whether text the tokenizer would have kept lies past the last token the model saw
+        (a tail of zero-width or control characters, which it drops, does not count)."""
+        ends = [end for (start, end), w in zip(offsets, index) if w >= 0]
+        tail = text[max(ends):].strip() if ends else ""
+        if not tail:
+            return False
+        return len(tail) > 256 or bool(self.tokenizer(tail, add_special_tokens=False)["input_ids"])
+
     def _error_row(self, doc_id, label, reason: str) -> dict:
         return {"doc_id": doc_id, "label": label, "error": reason, "model_fingerprint": self.info["fingerprint"]}
 
@@ -304,11 +366,6 @@ def _text_problem(text) -> str | None:
     if not text.strip():
         return "text is empty or whitespace only"
     return None
-
-
-def _was_truncated(text: str, offsets, index) -> bool:
-    ends = [end for (start, end), w in zip(offsets, index) if w >= 0]
-    return bool(ends) and bool(text[max(ends):].strip())
 
 
 def _model_limit(tokenizer, model) -> int:

@@ -3,15 +3,18 @@
 Layout (private; the SQL views in ``query`` are the public interface)::
 
     STORE/runs/run_id=<id>/manifest.json
-    STORE/runs/run_id=<id>/docs/part-0.parquet
-    STORE/runs/run_id=<id>/errors/part-0.parquet
-    STORE/runs/run_id=<id>/tokens/method=<m>/layer=<l>/part-0.parquet
-    STORE/runs/run_id=<id>/words/method=<m>/layer=<l>/part-0.parquet
-    STORE/runs/run_id=<id>/heads/part-0.parquet, head_similarity/part-0.parquet (when gathered)
+    STORE/runs/run_id=<id>/docs/part-<n>.parquet
+    STORE/runs/run_id=<id>/errors/part-<n>.parquet
+    STORE/runs/run_id=<id>/tokens/method=<m>/layer=<l>/part-<n>.parquet
+    STORE/runs/run_id=<id>/words/method=<m>/layer=<l>/part-<n>.parquet
+    STORE/runs/run_id=<id>/_parts/part-<n>.json  (which documents each part holds)
+    STORE/runs/run_id=<id>/faithfulness/part-<n>.parquet   (runs with --evaluate)
+    STORE/runs/run_id=<id>/heads/part-whole.parquet, head_similarity/part-whole.parquet (when gathered)
     STORE/_staging/run_id=<id>/...            (a run being written; never read by the views)
 
-Partitioning by method and layer lets a top-k over one slice read one file; rows are buffered
-so each file holds a few large row groups rather than many small ones. A run appears under
+Partitioning by method and layer lets a top-k over one slice read few files; rows are buffered
+so each part holds large row groups rather than many small ones. Parts are committed durably as
+they fill (see ``staging``), so a killed run resumes where it stopped. A run appears under
 ``runs/`` by one directory rename, after its manifest is written: readers see all of it or none.
 """
 
@@ -20,11 +23,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from xai_ray.staging import Staging, StagingError, write_atomically
 
 DOCS = pa.schema([
     ("doc_id", pa.string()), ("label", pa.int64()), ("pred", pa.int64()), ("prob_pos", pa.float32()),
@@ -40,6 +46,12 @@ WORDS = pa.schema([
     ("score", pa.float32()), ("raw_score", pa.float32()),
 ])
 ERRORS = pa.schema([("doc_id", pa.string()), ("stage", pa.string()), ("reason", pa.string())])
+# Long form, one row per (document, method, layer, metric); layer is null for the baselines
+# (input_x_gradient, random) and value null where a metric is undefined (see faithfulness.py).
+FAITHFULNESS = pa.schema([
+    ("doc_id", pa.string()), ("method", pa.string()), ("layer", pa.int32()), ("metric", pa.string()),
+    ("value", pa.float64()),
+])
 # Per layer x head means over every scored review (xai_ray.head_summary); entropies in nats.
 HEADS = pa.schema([
     ("layer", pa.int32()), ("head", pa.int32()), ("entropy", pa.float64()), ("entropy_norm", pa.float64()),
@@ -67,6 +79,10 @@ def run_dir(store: str | Path, run_id: str) -> Path:
     return runs_dir(store) / f"run_id={run_id}"
 
 
+def staging_dir(store: str | Path, run_id: str) -> Path:
+    return Path(store) / "_staging" / f"run_id={run_id}"
+
+
 def list_runs(store: str | Path) -> list[str]:
     """Published run ids, oldest first by manifest creation time."""
     found = []
@@ -77,82 +93,119 @@ def list_runs(store: str | Path) -> list[str]:
     return [run_id for _, run_id in sorted(found)]
 
 
-class _Buffered:
-    """One Parquet file that receives rows in pieces and writes them in large row groups."""
-
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
-        self.path, self.schema = path, schema
-        self.pending: list[pa.Table] = []
-        self.pending_rows = 0
-        self.writer: pq.ParquetWriter | None = None
-        self.rows = 0
-
-    def add(self, table: pa.Table) -> None:
-        self.pending.append(table)
-        self.pending_rows += table.num_rows
-        self.rows += table.num_rows
-        if self.pending_rows >= ROW_GROUP_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        if self.writer is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.writer = pq.ParquetWriter(self.path, self.schema, compression="zstd")
-        self.writer.write_table(pa.concat_tables(self.pending), row_group_size=ROW_GROUP_ROWS)
-        self.pending, self.pending_rows = [], 0
-
-    def close(self) -> None:
-        self.flush()
-        if self.writer is not None:
-            self.writer.close()
-
-
 class RunWriter:
-    """Writes one run's tables into staging; ``publish`` moves the finished run into place."""
+    """Writes one run's tables into staging in durable parts; ``publish`` moves the finished run into place.
 
-    def __init__(self, store: str | Path, run_id: str, methods: list[str]) -> None:
+    Rows are buffered and committed as a part (one file per table slice, then a record) every
+    ``part_rows`` rows in the largest slice or ``part_seconds`` seconds, so files keep large row
+    groups and a killed run loses at most one part's work. Opening a run id whose staging holds
+    committed parts resumes it: ``done_ids`` are the documents those parts hold, and rows for
+    them that arrive again (a retried Ray task) are dropped and counted as ``duplicates``.
+    """
+
+    def __init__(self, store: str | Path, run_id: str, methods: list[str], identity: dict | None = None,
+                 part_rows: int = ROW_GROUP_ROWS, part_seconds: float = 300.0, totals=None) -> None:
         self.store, self.run_id, self.methods = Path(store), run_id, list(methods)
         if run_dir(store, run_id).exists():
             raise StoreError(f"run {run_id!r} already exists in store {str(store)!r}; pick another --run-id")
-        self.staging = self.store / "_staging" / f"run_id={run_id}"
-        if self.staging.exists():
-            shutil.rmtree(self.staging)  # leftovers of a crashed attempt at the same run id
-        self.staging.mkdir(parents=True)
-        self.files: dict[tuple, _Buffered] = {}
-        self.counts = {"docs": 0, "errors": 0, "tokens": 0, "words": 0}
+        self.staging = staging_dir(store, run_id)
+        try:
+            self.stage = Staging(self.staging, identity if identity is not None else {"methods": self.methods})
+        except StagingError as err:
+            raise StoreError(str(err)) from None
+        self.part_rows, self.part_seconds = part_rows, part_seconds
+        self.counts = {"docs": 0, "errors": 0, "tokens": 0, "words": 0, "duplicates": 0}
+        self.done_ids: set[str] = set()  # documents out of the scorer, committed or pending
+        self.fingerprints: set[str] = set()
+        self.n_layers: int | None = None
+        self.read_errors_done = False
+        # Run-wide sums over the rows written (e.g. head_summary.HeadTotals): kept per part in its
+        # record, so a resumed run's sums cover every document exactly once.
+        self.totals_class = totals
+        self.totals = totals() if totals else None
+        for record in self.stage.records:
+            self._count(record)
+        self.reused = {"parts": len(self.stage.records), "docs": self.counts["docs"], "errors": self.counts["errors"]}
+        self._clear_pending()
 
-    def _file(self, *key) -> _Buffered:
-        if key not in self.files:
-            table, *parts = key
-            folder = self.staging / table
-            if table in ("tokens", "words"):
-                folder = folder / f"method={parts[0]}" / f"layer={parts[1]}"
-            schema = {"docs": DOCS, "errors": ERRORS, "tokens": TOKENS, "words": WORDS}[table]
-            self.files[key] = _Buffered(folder / "part-0.parquet", schema)
-        return self.files[key]
+    def _count(self, record: dict) -> None:
+        for key, value in record["counts"].items():
+            self.counts[key] = self.counts.get(key, 0) + value
+        self.done_ids.update(record["doc_ids"])
+        self.fingerprints.update(record["fingerprints"])
+        self.n_layers = self.n_layers or record.get("n_layers")
+        self.read_errors_done = self.read_errors_done or record.get("read_errors", False)
+        if self.totals is not None and record.get("totals"):
+            self.totals.merge(self.totals_class.from_state(record["totals"]))
+
+    def _clear_pending(self) -> None:
+        self.pending: dict[str, list[pa.Table]] = {}
+        self.pending_rows: dict[str, int] = {}
+        self.pending_ids: list[str] = []
+        self.pending_counts = {"docs": 0, "errors": 0, "tokens": 0, "words": 0, "duplicates": 0}
+        self.pending_fingerprints: set[str] = set()
+        self.pending_read_errors = False
+        self.pending_totals = self.totals_class() if self.totals_class else None
+        self.last_commit = time.monotonic()
+
+    def _add(self, folder: str, table: pa.Table) -> None:
+        self.pending.setdefault(folder, []).append(table)
+        self.pending_rows[folder] = self.pending_rows.get(folder, 0) + table.num_rows
 
     def write(self, rows: pa.Table) -> None:
-        """Add one batch of scorer rows (see ``scoring.row_schema``): one append per file."""
-        rows = rows.to_pylist()
+        """Add one batch of scorer rows (see ``scoring.row_schema``); a document already written is dropped."""
+        table = rows
+        rows = self._first_time(table.to_pylist())
+        if self.pending_totals is not None and rows:
+            fresh = {r["doc_id"] for r in rows}
+            self.pending_totals.add(table.filter(pa.array([d in fresh for d in table.column("doc_id").to_pylist()])))
+        self.pending_fingerprints.update(r["model_fingerprint"] for r in rows if r.get("model_fingerprint"))
         failed = [row for row in rows if row.get("error")]
         scored = [row for row in rows if not row.get("error")]
         if failed:
-            self._file("errors").add(pa.table({
-                "doc_id": [r["doc_id"] for r in failed], "stage": ["score"] * len(failed),
-                "reason": [r["error"] for r in failed]}, schema=ERRORS))
-            self.counts["errors"] += len(failed)
-        if not scored:
-            return
-        self._file("docs").add(pa.table({
+            self._add_errors([r["doc_id"] for r in failed], "score", [r["error"] for r in failed])
+        if scored:
+            self._write_faithfulness(scored)
+            self._add_scored(scored)
+        if self.pending and (max(self.pending_rows.values()) >= self.part_rows
+                             or time.monotonic() - self.last_commit >= self.part_seconds):
+            self.commit()
+
+    def _first_time(self, rows: list[dict]) -> list[dict]:
+        fresh = []
+        for row in rows:
+            if row["doc_id"] in self.done_ids:
+                self.pending_counts["duplicates"] += 1
+                continue
+            self.done_ids.add(row["doc_id"])
+            self.pending_ids.append(row["doc_id"])
+            fresh.append(row)
+        return fresh
+
+    def write_errors(self, doc_ids: list[str], stage: str, reasons: list[str]) -> None:
+        """Record rows that never reached the scorer (``stage`` 'read': bad text, duplicate id, ...)."""
+        if stage == "read":
+            if self.read_errors_done or self.pending_read_errors:
+                return  # a resumed run re-reads the corpus; its read errors are in an earlier part
+            self.pending_read_errors = True
+        if doc_ids:
+            self._add_errors(list(doc_ids), stage, list(reasons))
+
+    def _add_errors(self, doc_ids, stage, reasons) -> None:
+        self._add("errors", pa.table({"doc_id": doc_ids, "stage": [stage] * len(doc_ids), "reason": reasons},
+                                     schema=ERRORS))
+        self.pending_counts["errors"] += len(doc_ids)
+
+    def _add_scored(self, scored: list[dict]) -> None:
+        self._add("docs", pa.table({
             "doc_id": [r["doc_id"] for r in scored], "label": [r["label"] for r in scored],
             "pred": [r["pred"] for r in scored],
             "prob_pos": [r["probs"][1] if len(r["probs"]) > 1 else None for r in scored],
             "probs": [r["probs"] for r in scored], "n_tokens": [r["n_tokens"] for r in scored],
             "n_words": [len(r["words"]) for r in scored], "truncated": [r["truncated"] for r in scored],
             "text": [r["text"] for r in scored]}, schema=DOCS))
-        self.counts["docs"] += len(scored)
+        self.pending_counts["docs"] += len(scored)
+        self.n_layers = self.n_layers or scored[0]["n_layers"]
         tokens = _long_columns(scored, "tokens")
         words = _long_columns(scored, "words")
         for method in self.methods:
@@ -163,43 +216,109 @@ class RunWriter:
                 layer_tokens = np.concatenate([s[layer] for s in token_scores])  # (sum n,)
                 if np.isnan(layer_tokens).all():
                     continue  # the method does not define this layer (below start_layer)
-                self._file("tokens", method, layer + 1).add(
-                    pa.Table.from_arrays([*tokens, pa.array(layer_tokens)], schema=TOKENS))
-                self._file("words", method, layer + 1).add(pa.Table.from_arrays(
+                where = f"method={method}/layer={layer + 1}"
+                self._add(f"tokens/{where}", pa.Table.from_arrays([*tokens, pa.array(layer_tokens)], schema=TOKENS))
+                self._add(f"words/{where}", pa.Table.from_arrays(
                     [*words, pa.array(np.concatenate([s[layer] for s in word_scores])),
                      pa.array(np.concatenate([s[layer] for s in word_raw]))], schema=WORDS))
-                self.counts["tokens"] += len(layer_tokens)
-                self.counts["words"] += len(words[0])
+                self.pending_counts["tokens"] += len(layer_tokens)
+                self.pending_counts["words"] += len(words[0])
+
+    def _write_faithfulness(self, scored: list[dict]) -> None:
+        """The evaluation's metric rows, and its per-document failures as ``evaluate`` errors."""
+        metrics, failed = faithfulness_tables(scored)
+        if failed.num_rows:
+            self._add("errors", failed)
+            self.pending_counts["evaluate_errors"] = self.pending_counts.get("evaluate_errors", 0) + failed.num_rows
+        if metrics.num_rows:
+            self._add("faithfulness", metrics)
+            self.pending_counts["faithfulness"] = self.pending_counts.get("faithfulness", 0) + metrics.num_rows
+
+    def commit(self) -> None:
+        """Make everything written so far durable as one part (a no-op when nothing is pending)."""
+        if not self.pending and not self.pending_ids and not self.pending_counts["duplicates"]:
+            return
+        tables = {folder: pa.concat_tables(parts) for folder, parts in self.pending.items()}
+        record = {"doc_ids": self.pending_ids, "counts": self.pending_counts,
+                  "fingerprints": sorted(self.pending_fingerprints), "n_layers": self.n_layers,
+                  "read_errors": self.pending_read_errors,
+                  "totals": self.pending_totals.state() if self.pending_totals is not None else None}
+        record = self.stage.commit(tables, record, ROW_GROUP_ROWS)
+        for key, value in self.pending_counts.items():
+            self.counts[key] = self.counts.get(key, 0) + value
+        self.fingerprints.update(self.pending_fingerprints)
+        self.read_errors_done = self.read_errors_done or self.pending_read_errors
+        if self.totals is not None:
+            self.totals.merge(self.pending_totals)
+        self._clear_pending()
 
     def write_whole(self, name: str, table: pa.Table) -> None:
-        """A small table computed over the whole run (``heads``, ``head_similarity``), in one file."""
+        """A small table computed over the whole run (``heads``, ``head_similarity``), written just
+        before ``publish`` (a resumed run recomputes it: it belongs to no part)."""
         schema = {"heads": HEADS, "head_similarity": HEAD_SIMILARITY}[name]
         (self.staging / name).mkdir(parents=True, exist_ok=True)
-        pq.write_table(table.cast(schema), self.staging / name / "part-0.parquet")
+        temporary = self.staging / name / "part-whole.parquet.tmp"
+        pq.write_table(table.cast(schema), temporary)
+        os.replace(temporary, self.staging / name / "part-whole.parquet")
         self.counts[name] = table.num_rows
 
     def publish(self, manifest: dict) -> Path:
-        """Close every file, write the manifest, and move the run into ``runs/`` in one rename."""
-        for file in self.files.values():
-            file.close()
+        """Commit the last part, write the manifest, and move the run into ``runs/`` in one rename."""
+        self.commit()
         for table, schema in (("docs", DOCS), ("errors", ERRORS)):
-            if not (self.staging / table).exists():  # empty tables still exist for the views
-                (self.staging / table).mkdir()
-                pq.write_table(schema.empty_table(), self.staging / table / "part-0.parquet")
+            if not any((self.staging / table).glob("part-*.parquet")):  # empty tables still exist for the views
+                (self.staging / table).mkdir(exist_ok=True)
+                pq.write_table(schema.empty_table(), self.staging / table / "part-empty.parquet")
         manifest = {**manifest, "run_id": self.run_id, "counts": dict(self.counts)}
-        temporary = self.staging / "manifest.json.tmp"
-        temporary.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-        os.replace(temporary, self.staging / "manifest.json")
+        write_atomically(self.staging / "manifest.json",
+                         json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
         target = run_dir(self.store, self.run_id)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.rename(self.staging, target)
+        (target / ".lock").unlink(missing_ok=True)
+        self.stage.close()
         return target
 
-    def abort(self) -> None:
-        for file in self.files.values():
-            if file.writer is not None:
-                file.writer.close()
-        shutil.rmtree(self.staging, ignore_errors=True)
+    def abort(self, keep_parts: bool = False) -> None:
+        """Stop writing: drop what is not committed; with ``keep_parts`` the committed parts stay
+        in staging for a resume, else the whole staging folder goes."""
+        self._clear_pending()
+        self.stage.close()
+        if not keep_parts:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def faithfulness_tables(scored: list[dict]) -> tuple[pa.Table, pa.Table]:
+    """Scorer rows -> (faithfulness rows, ``evaluate`` error rows) in the store's schemas."""
+    failed = [r for r in scored if r.get("evaluate_error")]
+    errors = pa.table({"doc_id": [r["doc_id"] for r in failed], "stage": ["evaluate"] * len(failed),
+                       "reason": [r["evaluate_error"] for r in failed]}, schema=ERRORS)
+    metrics = [(r["doc_id"], m) for r in scored for m in r.get("faithfulness") or []]
+    table = pa.table({
+        "doc_id": [doc_id for doc_id, _ in metrics], "method": [m["method"] for _, m in metrics],
+        "layer": [m["layer"] for _, m in metrics], "metric": [m["metric"] for _, m in metrics],
+        "value": [m["value"] for _, m in metrics]}, schema=FAITHFULNESS)
+    return table, errors
+
+
+def add_faithfulness(store: str | Path, run_id: str, metrics: pa.Table, errors: pa.Table, manifest: dict) -> Path:
+    """Add an after-the-fact evaluation to a published run: its error rows, then the metrics
+    (appearing by one rename, so readers see all of them or none), then the updated manifest."""
+    run = run_dir(store, run_id)
+    if (run / "faithfulness").exists():
+        raise StoreError(f"run {run_id!r} already has faithfulness metrics")
+    if errors.num_rows:
+        temporary = run / "errors" / "part-evaluate.parquet.tmp"
+        pq.write_table(errors, temporary)
+        os.replace(temporary, run / "errors" / "part-evaluate.parquet")
+    staging = run / "_faithfulness.tmp"  # not read by the views: they read faithfulness/ only
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    pq.write_table(metrics.cast(FAITHFULNESS), staging / "part-0.parquet", compression="zstd",
+                   row_group_size=ROW_GROUP_ROWS)
+    os.rename(staging, run / "faithfulness")
+    write_atomically(run / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
+    return run / "faithfulness"
 
 
 def _long_columns(rows: list[dict], kind: str) -> list[pa.Array]:
@@ -246,3 +365,8 @@ def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):
     if kept != json.dumps(params, sort_keys=True, default=str).encode():
         return None
     return table.to_pandas()
+
+
+def reports_dir(store: str | Path) -> Path:
+    """Where dated reports of a store go (``reports/YYYY-MM-DD/report.html``, ``reports/latest``)."""
+    return Path(store) / "reports"

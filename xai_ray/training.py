@@ -115,10 +115,14 @@ def train_loop(config: dict) -> None:
 
     model = ray.train.torch.prepare_model(model)
     core = getattr(model, "module", model)
-    decay = [p for n, p in core.named_parameters() if p.requires_grad and not _no_decay(n)]
-    no_decay = [p for n, p in core.named_parameters() if p.requires_grad and _no_decay(n)]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config["weight_decay"]},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config["lr"])
+    groups: dict[tuple[bool, bool], list] = {}
+    for name, param in core.named_parameters():
+        if param.requires_grad:
+            groups.setdefault((_is_head(name), _no_decay(name)), []).append(param)
+    optimizer = torch.optim.AdamW(
+        [{"params": params, "weight_decay": 0.0 if no_decay else config["weight_decay"],
+          "lr": config["lr"] * (config["head_lr_scale"] if head else 1.0)}
+         for (head, no_decay), params in sorted(groups.items())], lr=config["lr"])
     train_ids, train_labels = config["train_ids"], np.asarray(config["train_labels"])
     lengths = np.array([len(x) for x in train_ids])
     per_epoch = len(plan_batches(lengths, config["batch_size"], config["seed"], 0, world))
@@ -230,6 +234,11 @@ def _load(cls, source: str, config: dict, pickle_ok: bool):
     return cls.from_pretrained(source, num_labels=2, id2label=labels, label2id={v: k for k, v in labels.items()},
                                attn_implementation="sdpa", use_safetensors=None if pickle_ok else True,
                                trust_remote_code=config["trust_remote_code"])
+
+
+def _is_head(name: str) -> bool:
+    """The classification head (and BERT's pooler, which feeds it) of any encoder family."""
+    return name.startswith(("classifier", "pre_classifier")) or ".pooler." in f".{name}"
 
 
 def _no_decay(name: str) -> bool:

@@ -1,0 +1,98 @@
+"""How faithful is each method on real reviews, and what does the evaluation cost per document?
+
+Runs the real pipeline (Ray actors, ``--evaluate``) on N IMDB reviews with a given model, then
+prints, from the store's faithfulness view and the report's bootstrap: per method (attention
+methods at every layer, input x gradient, the random floor) the mean and 95% bootstrap interval
+of each headline metric, and the evaluation's seconds per document (actor seconds of the
+gradient and evaluation stages from the manifest, and the run's wall time).
+
+Usage (Ray needs the loopback namespace here):
+  bash scripts/loopback.sh .venv/bin/python bench/faithfulness.py --n 100 --max-length 128 \
+      [--model /work/models/ft1/model] [--methods raw,rollout,flow] [--out table.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from xai_ray import pipeline
+from xai_ray.config import resolve
+from xai_ray.query import open_store, run_named
+from xai_ray.report_faithfulness import HEADLINE, bootstrap, order_methods
+
+IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
+FINE_TUNED = Path("/work/models/ft1/model")
+
+
+def heldout_reviews(model: str, data: str, folder: Path) -> tuple[str, str]:
+    """A fine-tuned model's held-out reviews (``heldout_ids.txt`` beside it), never seen in training,
+    as a Parquet file; else the data as given."""
+    ids_file = Path(model) / "heldout_ids.txt"
+    if not ids_file.is_file():
+        return data, "IMDB reviews"
+    ids = set(ids_file.read_text().split())
+    frame = pd.read_parquet(data)
+    frame = frame[frame["id"].astype(str).isin(ids)]
+    path = folder.parent / f"{folder.name}-heldout.parquet"
+    frame.to_parquet(path)
+    return str(path), f"held-out IMDB reviews (of {len(frame)} the model never trained on)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100)
+    parser.add_argument("--model", default=str(FINE_TUNED) if (FINE_TUNED / "config.json").is_file() else "minilm")
+    parser.add_argument("--data", default=str(IMDB))
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--methods", default="raw,rollout,flow")
+    parser.add_argument("--actors", type=int, default=1)
+    parser.add_argument("--cpus-per-actor", type=float, default=2)
+    parser.add_argument("--store", help="default: a temporary folder")
+    parser.add_argument("--out", help="also write the table as Markdown here")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    store = Path(args.store or tempfile.mkdtemp(prefix="faithfulness-"))
+    data, source = heldout_reviews(args.model, args.data, store)
+    cfg = resolve(None, {"data": data, "limit": args.n, "model": args.model, "max_length": args.max_length,
+                         "methods": args.methods, "actors": args.actors, "store": str(store), "report": False,
+                         "evaluate": True}, [f"cpus_per_actor={args.cpus_per_actor}", "batch_size=16"])
+    started = time.perf_counter()
+    result = pipeline.run(cfg)
+    wall = time.perf_counter() - started
+    con = open_store(store)
+    values = run_named(con, "report_faithfulness", run_id=result.run_id)
+    summary = bootstrap(values)
+    docs = int(values.doc_id.nunique())
+    tokens = con.execute("select avg(n_tokens) from docs where run_id = $r", {"r": result.run_id}).fetchone()[0]
+    actor = result.manifest["timings"]["actor_seconds"]
+    per_doc = (actor.get("evaluate", 0) + actor.get("gradient", 0)) / max(docs, 1)
+    scoring = sum(v for k, v in actor.items() if k not in ("evaluate", "gradient")) / max(docs, 1)
+    lines = [f"model {args.model}, {docs} {source} (seeded sample), max_length {args.max_length}, "
+             f"mean {tokens:.1f} tokens; {args.actors} actor x {args.cpus_per_actor:g} CPU",
+             f"evaluation: {per_doc:.2f} actor-s per document (scoring itself {scoring:.3f} s); run wall "
+             f"{wall:.0f} s; projected for 1,000 reviews on this hardware: {per_doc * 1000 / 60:.0f} actor-minutes",
+             "", "| method | layer | " + " | ".join(HEADLINE) + " |", "|---|---|" + "---|" * len(HEADLINE)]
+    for method in order_methods(summary.method.unique().tolist(), cfg.methods):
+        mine = summary[summary.method == method]
+        for layer in sorted(mine.layer.dropna().unique()) or [None]:
+            cells = (mine[mine.layer.isna()] if layer is None else mine[mine.layer == layer]).set_index("metric")
+            row = [f"{cells.at[m, 'mean']:.3f} [{cells.at[m, 'lo']:.3f}, {cells.at[m, 'hi']:.3f}]"
+                   if m in cells.index else "n/a" for m in HEADLINE]
+            lines.append(f"| {method} | {'' if layer is None else int(layer)} | " + " | ".join(row) + " |")
+    text = "\n".join(lines)
+    print(text)
+    print(json.dumps({"docs": docs, "eval_s_per_doc": round(per_doc, 3), "wall_s": round(wall, 1),
+                      "actor_seconds": actor}))
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""Bad and hostile input without Ray: screening, invalid UTF-8, job-level errors in one sentence,
+model safety flags, the SQL sandbox's refusals, and generated hostile texts through the scorer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from test_faults import METHODS, TEXTS, scorer_rows
+
+from xai_ray import cli
+from xai_ray.corpus import read_corpus
+from xai_ray.query import QueryError, open_store, run_sql
+from xai_ray.screening import screen
+from xai_ray.store import RunWriter
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_screening_quarantines_bad_rows_and_keeps_the_first_duplicate():
+    from xai_ray.corpus import INVALID_UTF8
+
+    corpus = pd.DataFrame({
+        "doc_id": ["a", "b", "c", "d", "e", "a", None, "f", "g", "h", "i", "j"],
+        "text": ["good", None, "", " \n\t ", 42, "again", "no id", "bad " + INVALID_UTF8 + "bytes", "fine",
+                 "fine", "x", ["a", "list"]],
+        "label": pd.array([1, 0, 0, 0, 0, 1, 0, 1, 7, -1, None, 0], dtype="Int64"),
+    })
+    kept, rejected = screen(corpus, {0: "negative", 1: "positive"})
+    assert kept.doc_id.tolist() == ["a", "i"]
+    assert kept.text.tolist() == ["good", "x"] and pd.isna(kept.label.iloc[1])
+    reasons = dict(zip(rejected.doc_id, rejected.reason))
+    assert set(rejected.stage) == {"read"} and len(rejected) == 10
+    assert reasons["b"] == "text is null"
+    assert reasons["c"] == reasons["d"] == "text is empty or whitespace only"
+    assert reasons["e"] == "text is int, not a string"
+    assert reasons["j"] == "text is list, not a string"
+    assert reasons["row-6"].startswith("doc_id is missing")
+    assert "not valid UTF-8" in reasons["f"] and "character 4" in reasons["f"]
+    assert reasons["g"].startswith("label 7 is not one of the model's classes (0, 1)")
+    assert reasons["h"].startswith("label -1 is not one")
+    dup = rejected[rejected.doc_id == "a"].reason.tolist()
+    assert dup == ["duplicate doc_id: row 5 repeats the id of row 0, which is kept"]
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_invalid_utf8_rows_are_quarantined_and_the_rest_read_exactly(tmp_path, kind):
+    if kind == "csv":
+        raw = ("\ufeffid,text,label\n".encode() + b'a,"caf\xc3\xa9, fine",1\n' + b'b,"bad \xff\xfe bytes",0\n'
+               + b'c\xff,ok,1\n' + "d,\"emoji \U0001f600 ok\",0\n".encode())
+    else:
+        raw = (b'{"id": "a", "text": "caf\xc3\xa9, fine", "label": 1}\n'
+               b'{"id": "b", "text": "bad \xff\xfe bytes", "label": 0}\n'
+               b'{"id": "c\xff", "text": "ok", "label": 1}\n'
+               + '{"id": "d", "text": "emoji \U0001f600 ok", "label": 0}\n'.encode())
+    source = tmp_path / f"c.{kind}"
+    source.write_bytes(raw)
+    kept, rejected = screen(read_corpus(str(source)), [0, 1])
+    assert kept.doc_id.tolist() == ["a", "c\ufffd", "d"]
+    assert kept.text.tolist() == ["café, fine", "ok", "emoji \U0001f600 ok"]
+    assert rejected.doc_id.tolist() == ["b"] and "not valid UTF-8" in rejected.reason[0]
+
+
+def _run(argv, capsys):
+    status = cli.main(argv)
+    err = capsys.readouterr().err
+    return status, err
+
+
+@pytest.fixture()
+def corpus_csv(tmp_path):
+    source = tmp_path / "c.csv"
+    pd.DataFrame({"id": ["a", "b"], "review": ["good", "bad"], "label": [1, 0]}).to_csv(source, index=False)
+    return source
+
+
+def test_job_level_problems_are_one_sentence_and_exit_2(tmp_path, tiny_bert_dir, corpus_csv, capsys,
+                                                       monkeypatch):
+    from transformers import GPT2Config, ResNetConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    good = tmp_path / "good.parquet"
+    pd.DataFrame({"id": [str(i) for i in range(200)], "text": ["the film was good"] * 200,
+                  "label": [0, 1] * 100}).to_parquet(good)
+    truncated = tmp_path / "truncated.parquet"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_bytes(os.urandom(4096))
+    GPT2Config(n_layer=1, n_head=1, n_embd=8).save_pretrained(tmp_path / "gpt2")
+    ResNetConfig().save_pretrained(tmp_path / "resnet")
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    (remote / "config.json").write_text(json.dumps({
+        "model_type": "bert", "auto_map": {"AutoModelForSequenceClassification": "modeling_evil.Evil"}}))
+    base = ["run", "--store", str(tmp_path / "store"), "--model", tiny_bert_dir]
+    cases = [
+        (["--data", str(truncated)], "truncated.parquet' cannot be read"),
+        (["--data", str(corrupt)], "corrupt.parquet' cannot be read"),
+        (["--data", str(corpus_csv)], "no text column 'text' (columns: id, review, label)"),
+        (["--data", str(good), "--methods", "raw,rolout"], "unknown method 'rolout'"),
+        (["--data", str(good), "--model", str(tmp_path / "gpt2")], "not an encoder classifier"),
+        (["--data", str(good), "--model", str(tmp_path / "resnet")], "has type 'resnet'; supported encoder families"),
+        (["--data", str(good), "--model", str(remote)], "ships its own code"),
+        (["--data", str(good), "--run-id", "../escape"], "run_id '../escape' may hold only"),
+        (["--resume", "nothing-here"], "has no unfinished run 'nothing-here'"),
+    ]
+    for extra, message in cases:
+        status, err = _run(base + extra, capsys)
+        assert status == 2, (extra, err)
+        assert message in err, (extra, err)
+        lines = [line for line in err.splitlines() if line.startswith("xai-ray:")]
+        assert len(lines) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "store" / "runs").exists()  # all refused before anything was scored
+
+
+def test_the_command_line_prints_no_traceback(tmp_path):
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_bytes(b"PAR1" + os.urandom(100))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "xai_ray.cli", "run", "--data", str(corrupt), "--model", "minilm",
+                           "--store", str(tmp_path / "s")], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("xai-ray: ") and "cannot be read" in lines[-1]
+    assert "Traceback" not in done.stderr
+
+
+# --------------------------------------------------------------------------- models
+
+
+def test_pickled_weights_load_only_with_the_flag(tmp_path):
+    from conftest import build_tiny_model
+
+    from xai_ray.model import ModelError, describe_model, load_model
+
+    model, tokenizer = build_tiny_model("bert")
+    folder = tmp_path / "pickled"
+    model.save_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")  # the pickled format
+    tokenizer.save_pretrained(folder)
+    assert (folder / "pytorch_model.bin").is_file() and not list(folder.glob("*.safetensors"))
+    with pytest.raises(ModelError, match="no .safetensors weights.*allow_pickle=true"):
+        load_model(str(folder))
+    loaded = load_model(str(folder), allow_pickle=True)
+    torch.testing.assert_close(loaded.model.state_dict()["classifier.weight"], model.state_dict()["classifier.weight"])
+    assert loaded.info["allow_pickle"] is True and loaded.info["trust_remote_code"] is False
+    described = describe_model(str(folder), allow_pickle=True)
+    assert described["allow_pickle"] is True and described["trust_remote_code"] is False
+
+
+# --------------------------------------------------------------------------- the SQL sandbox
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory, scorer_factory):
+    scorer = scorer_factory("bert")
+    store = tmp_path_factory.mktemp("sandbox")
+    writer = RunWriter(store, "r", METHODS)
+    for first in range(0, 8, 2):
+        writer.write(scorer_rows(scorer, TEXTS[first:first + 2], first=first))
+    writer.publish({"created_at": "x"})
+    return store
+
+
+def test_sql_refuses_every_way_out_of_the_store(small_store, tmp_path, capsys):
+    outside = tmp_path / "secret.csv"
+    outside.write_text("a\n1\n")
+    inside = small_store / "runs" / "run_id=r" / "docs"
+    part = next(inside.glob("*.parquet"))
+    before = part.read_bytes()
+    refused = [
+        f"select * from read_csv('{outside}')",  # reading other files
+        "select * from read_text('/etc/passwd')",
+        "select * from read_blob('" + str(small_store) + "/../../../etc/passwd')",
+        "select * from glob('/etc/*')",
+        f"copy docs to '{tmp_path / 'x.csv'}'",  # writing, outside the store and inside it
+        f"copy (select 1 as a) to '{inside / 'evil.parquet'}'",
+        f"copy (select 1 as a) to '{part}'",
+        f"export database '{small_store / 'dump'}'",
+        "select 1; copy (select 1) to 'y.csv'",
+        "create table t as select 1",
+        f"attach '{tmp_path / 'x.db'}'",  # other databases
+        "install httpfs",  # extensions
+        "load httpfs",
+        "set enable_external_access = true",  # loosening the sandbox
+        "set allowed_directories = ['/']",
+        "reset allowed_directories",
+        "call checkpoint()",
+    ]
+    for query in refused:
+        status, err = _run(["sql", "--store", str(small_store), query], capsys)
+        assert status == 2 and err.startswith("xai-ray: ") and "Traceback" not in err, (query, err)
+    assert not (tmp_path / "x.csv").exists() and not (tmp_path / "x.db").exists()
+    assert not (inside / "evil.parquet").exists() and not (small_store / "dump").exists()
+    assert part.read_bytes() == before
+    con = open_store(small_store)
+    assert run_sql(con, "select count(*) as n from docs").n.tolist() == [8]
+    assert run_sql(con, "describe docs").column_name.tolist()[0] == "doc_id"
+    with pytest.raises(QueryError, match="refused a COPY statement"):
+        run_sql(con, "copy docs to 'z.csv'")
+
+
+# --------------------------------------------------------------------------- generated texts
+
+# Control characters, emoji (with skin tones and ZWJ sequences), combining marks, right-to-left
+# scripts, zero-width and format characters, mixed with words the tiny vocabularies know.
+HOSTILE_PIECES = ["\x00", "\x07", "\x1b[31m", "\r\n", "\t", "\u0085", "\u2028", "\U0001f600", "\U0001f44d\U0001f3fd",
+                  "\U0001f468\u200d\U0001f469\u200d\U0001f467", "e\u0301", "\u0303\u0303", "\u05e9\u05dc\u05d5\u05dd",
+                  "\u0645\u0631\u062d\u0628\u0627", "\u202e", "\u200b", "\u200d", "\ufeff", "\u2060", "<br />",
+                  "<script>alert(1)</script>", "film", "good", "the", "bad", " ", "!!!", "\ufffd", "\U00010000"]
+
+
+def _texts():
+    from hypothesis import strategies as st
+
+    piece = st.one_of(st.sampled_from(HOSTILE_PIECES), st.text(min_size=1, max_size=8))
+    return st.lists(st.lists(piece, min_size=1, max_size=12).map("".join), min_size=1, max_size=4)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_generated_hostile_texts_score_finite_and_sum_to_one(family, scorer_factory):
+    from hypothesis import HealthCheck, given, settings
+
+    from xai_ray.screening import text_problem
+
+    scorer = scorer_factory(family)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+    @given(_texts())
+    def check(texts):
+        rows = scorer({"doc_id": [f"g{i}" for i in range(len(texts))], "text": texts,
+                       "label": [0] * len(texts)}).to_pylist()
+        assert sorted(r["doc_id"] for r in rows) == sorted(f"g{i}" for i in range(len(texts)))
+        for row in rows:
+            text = texts[int(row["doc_id"][1:])]
+            if text_problem(text):
+                assert row["error"] == text_problem(text)
+                continue
+            assert row["error"] is None, row["error"]
+            n_layers, n, n_words = row["n_layers"], row["n_tokens"], len(row["words"])
+            assert len(row["tokens"]) == len(row["word_index"]) == n
+            for method in METHODS:
+                scores = np.asarray(row[f"scores_{method}"]).reshape(n_layers, n)
+                assert np.isfinite(scores).all()
+                words = np.asarray(row[f"word_scores_{method}"], dtype=np.float64).reshape(n_layers, n_words)
+                assert np.isfinite(words).all()
+                if n_words:
+                    np.testing.assert_allclose(words.sum(axis=1), 1.0, atol=1e-5)
+
+    check()
+
+
+def test_csv_fields_are_read_as_written(tmp_path):
+    source = tmp_path / "c.csv"
+    source.write_text('id,text,label\n007,NA,1\nnull,None,\nNaN,"",0\n')
+    corpus = read_corpus(str(source))
+    assert corpus.doc_id.tolist() == ["007", "null", "NaN"]
+    assert corpus.text.tolist() == ["NA", "None", ""]  # a review may say "NA"; an empty field is empty
+    assert corpus.label.tolist()[0] == 1 and pd.isna(corpus.label[1]) and corpus.label[2] == 0
+
+
+def test_rerunning_a_run_id_with_other_settings_is_one_sentence(tmp_path, tiny_bert_dir, scorer_factory, capsys):
+    from xai_ray import pipeline
+    from xai_ray.config import resolve
+
+    data = tmp_path / "c.csv"
+    pd.DataFrame({"id": ["d0", "d1"], "text": TEXTS[:2], "label": [0, 1]}).to_csv(data, index=False)
+    flags = {"data": str(data), "model": tiny_bert_dir, "store": str(tmp_path / "s"), "run_id": "x", "max_length": 32}
+    writer = pipeline.open_writer(resolve(None, flags, []), "x")
+    writer.write(scorer_rows(scorer_factory("bert"), TEXTS[:1]))
+    writer.commit()
+    writer.abort(keep_parts=True)  # as a killed run leaves it
+    argv = ["run", "--data", str(data), "--model", tiny_bert_dir, "--store", str(tmp_path / "s"), "--run-id", "x"]
+    for extra, changed in ((["--max-length", "16"], "(max_length)"), (["--max-length", "32", "--methods", "raw"],
+                                                                       "(methods)")):
+        status = cli.main(argv + extra)
+        err = capsys.readouterr().err
+        assert status == 2 and f"was started with other settings {changed}" in err and "Traceback" not in err
+    status = cli.main(["run", "--resume", "x", "--store", str(tmp_path / "s"), "--max-length", "16"])
+    assert status == 2 and "(max_length)" in capsys.readouterr().err

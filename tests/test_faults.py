@@ -1,0 +1,293 @@
+"""Faults without Ray: a writer killed at every rename, retried deliveries, out-of-memory halving,
+failing documents and batches, megabyte texts (bad input is in test_bad_input.py).
+
+The killed-writer test stands in for a killed driver at every point where files change: whatever
+the moment, reopening the run keeps whole committed parts only and finishing it leaves every
+document exactly once in docs, tokens and words.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from xai_ray import staging
+from xai_ray.query import open_store
+from xai_ray.store import RunWriter, StoreError, run_dir, staging_dir
+
+METHODS = ["raw", "rollout"]
+TEXTS = ["the film was good", "bad movie", "i loved the story", "not very boring", "the plot is fine",
+         "great acting and a great plot", "it was playing", "unbelievable film"]
+
+
+def scorer_rows(scorer, texts, first=0):
+    ids = [f"d{first + i}" for i in range(len(texts))]
+    return scorer({"doc_id": ids, "text": list(texts), "label": [i % 2 for i in range(len(texts))]})
+
+
+@pytest.fixture(scope="module")
+def batches(scorer_factory):
+    """Four batches of real scorer rows (tiny BERT): eight documents and one error row."""
+    scorer = scorer_factory("bert")
+    out = [scorer_rows(scorer, TEXTS[i:i + 2], first=i) for i in range(0, 8, 2)]
+    out.append(scorer({"doc_id": ["bad"], "text": [None], "label": [0]}))
+    return out
+
+
+def expected_counts(batches):
+    """Per document: tokens per method/layer slice and words, from the scorer rows themselves."""
+    rows = [r for b in batches for r in b.to_pylist() if not r["error"]]
+    return {r["doc_id"]: (r["n_tokens"], len(r["words"])) for r in rows}, rows[0]["n_layers"]
+
+
+def assert_exactly_once(store, run_id, batches):
+    """Every scored document once in docs, its every token once per slice, its every word once per slice."""
+    counts, n_layers = expected_counts(batches)
+    con = open_store(store)
+    docs = con.execute("select doc_id from docs where run_id = $r", {"r": run_id}).df()
+    assert sorted(docs.doc_id) == sorted(counts)
+    errors = con.execute("select doc_id, stage from errors where run_id = $r", {"r": run_id}).df()
+    assert errors.doc_id.tolist() == ["bad"] and errors.stage.tolist() == ["score"]
+    for table, column in (("tokens", "position"), ("words", "word_id")):
+        got = con.execute(f"select doc_id, method, layer, count(*) as n, count(distinct {column}) as k "
+                          f"from {table} where run_id = $r group by all", {"r": run_id}).df()
+        assert len(got) == len(counts) * len(METHODS) * n_layers, table
+        for row in got.itertuples():
+            want = counts[row.doc_id][0 if table == "tokens" else 1]
+            assert row.n == row.k == want, (table, row)
+    return con
+
+
+def test_a_writer_killed_at_every_rename_resumes_to_exactly_once(tmp_path, batches, monkeypatch):
+    real_replace = os.replace
+    calls = []
+
+    def counting(src, dst):
+        calls.append(dst)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(staging.os, "replace", counting)
+    clean = RunWriter(tmp_path / "clean", "r", METHODS, part_rows=1)
+    for batch in batches:
+        clean.write(batch)
+    clean.publish({"created_at": "x"})
+    n_points = len(calls)
+    assert n_points > 20  # every part's files, every record, the manifest
+
+    class Killed(BaseException):
+        pass
+
+    for kill_at in range(n_points):
+        store = tmp_path / f"kill{kill_at}"
+        seen = []
+
+        def dying(src, dst, kill_at=kill_at, seen=seen):
+            seen.append(dst)
+            if len(seen) > kill_at:
+                raise Killed  # the process dies here: no cleanup runs
+            return real_replace(src, dst)
+
+        monkeypatch.setattr(staging.os, "replace", dying)
+        opened = []
+        with pytest.raises(Killed):
+            opened.append(RunWriter(store, "r", METHODS, part_rows=1))
+            for batch in batches:
+                opened[0].write(batch)
+            opened[0].publish({"created_at": "x"})
+        if opened:
+            opened[0].stage.close()  # a killed process's flock goes with it
+        gc.collect()  # (and so does the lock of a writer killed while opening)
+        monkeypatch.setattr(staging.os, "replace", real_replace)
+
+        resumed = RunWriter(store, "r", METHODS, part_rows=1)
+        assert not list(staging_dir(store, "r").rglob("*.tmp"))
+        for batch in batches:  # what the pipeline does: skip the documents already committed
+            mask = [doc_id not in resumed.done_ids for doc_id in batch.column("doc_id").to_pylist()]
+            if any(mask):
+                resumed.write(batch.filter(mask))
+        resumed.publish({"created_at": "x"})
+        assert resumed.counts["duplicates"] == 0
+        assert_exactly_once(store, "r", batches)
+
+
+def test_a_retried_delivery_is_dropped_and_counted(tmp_path, batches):
+    writer = RunWriter(tmp_path, "r", METHODS)
+    for batch in batches + batches[1:3]:  # two batches delivered twice, as a retried Ray task can
+        writer.write(batch)
+    writer.publish({"created_at": "x"})
+    assert writer.counts["duplicates"] == batches[1].num_rows + batches[2].num_rows
+    assert_exactly_once(tmp_path, "r", batches)
+    manifest = json.loads((run_dir(tmp_path, "r") / "manifest.json").read_text())
+    assert manifest["counts"]["duplicates"] == 4 and manifest["counts"]["docs"] == 8
+
+
+def test_parts_are_committed_durably_and_reused(tmp_path, batches):
+    writer = RunWriter(tmp_path, "r", METHODS, part_rows=1)
+    writer.write(batches[0])
+    writer.write(batches[1])
+    with pytest.raises(StoreError, match="another process is writing"):
+        RunWriter(tmp_path, "r", METHODS)
+    writer.abort(keep_parts=True)
+    folder = staging_dir(tmp_path, "r")
+    assert sorted(p.name for p in (folder / "docs").iterdir()) == ["part-0.parquet", "part-1.parquet"]
+    assert not [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
+    again = RunWriter(tmp_path, "r", METHODS, part_rows=1)
+    assert again.done_ids == {"d0", "d1", "d2", "d3"} and again.reused["parts"] == 2
+    assert again.counts["docs"] == 4
+    for batch in batches[2:]:
+        again.write(batch)
+    target = again.publish({"created_at": "x"})
+    assert sorted(p.name for p in (target / "docs").iterdir())[:3] == ["part-0.parquet", "part-1.parquet",
+                                                                      "part-2.parquet"]
+    assert not folder.exists() and not (target / ".lock").exists()
+    assert_exactly_once(tmp_path, "r", batches)
+
+
+def test_a_resume_with_other_settings_is_refused(tmp_path, batches):
+    writer = RunWriter(tmp_path, "r", METHODS, identity={"methods": METHODS, "max_length": 32}, part_rows=1)
+    writer.write(batches[0])
+    writer.abort(keep_parts=True)
+    with pytest.raises(StoreError, match=r"other settings \(max_length\)"):
+        RunWriter(tmp_path, "r", METHODS, identity={"methods": METHODS, "max_length": 64})
+    writer = RunWriter(tmp_path, "r", METHODS, identity={"methods": METHODS, "max_length": 32})
+    writer.abort()  # the old meaning: nothing of the run is kept
+    assert not staging_dir(tmp_path, "r").exists()
+
+
+def test_large_row_groups_survive_parts(tmp_path, batches):
+    writer = RunWriter(tmp_path, "r", METHODS)  # default part size: everything in one part
+    for batch in batches:
+        writer.write(batch)
+    target = writer.publish({"created_at": "x"})
+    files = list((target / "tokens").rglob("*.parquet"))
+    assert files and all(pq.ParquetFile(f).metadata.num_row_groups == 1 for f in files)
+
+
+# --------------------------------------------------------------------------- scorer faults
+
+
+def _comparable(table):
+    return {r["doc_id"]: r for r in table.to_pylist()}
+
+
+def test_out_of_memory_halves_the_group_and_loses_nothing(scorer_factory, monkeypatch):
+    import xai_ray.capture as capture
+
+    scorer = scorer_factory("bert", max_tokens_per_batch=10**9)  # an absurd budget: one group of 8
+    ids = [f"d{i}" for i in range(len(TEXTS))]
+    batch = {"doc_id": ids, "text": TEXTS, "label": [0] * len(TEXTS)}
+    before = _comparable(scorer(batch))
+    real = capture.forward_with_attention
+    sizes = []
+
+    def small_memory(model, inputs, *args, **kwargs):
+        sizes.append(inputs["input_ids"].shape[0])
+        if inputs["input_ids"].shape[0] > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        return real(model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(capture, "forward_with_attention", small_memory)
+    splits, fallbacks = scorer.splits, scorer.fallbacks
+    after = _comparable(scorer(batch))
+    assert sizes[0] == 8 and sorted(set(sizes)) == [2, 4, 8]  # 8 -> 4+4 -> 2+2+2+2
+    assert scorer.splits - splits == 3 and scorer.fallbacks == fallbacks
+    assert sorted(after) == sorted(ids) and all(r["error"] is None for r in after.values())
+    for doc_id, row in before.items():
+        np.testing.assert_allclose(after[doc_id]["scores_rollout"], row["scores_rollout"], atol=1e-5)
+
+
+def test_a_document_that_runs_out_of_memory_alone_is_an_error_row(scorer_factory, monkeypatch):
+    import xai_ray.capture as capture
+
+    scorer = scorer_factory("bert", max_tokens_per_batch=10**9)
+    real = capture.forward_with_attention
+    longest = max(len(scorer.tokenizer(t)["input_ids"]) for t in TEXTS)
+
+    def oom_on_long(model, inputs, *args, **kwargs):
+        if inputs["input_ids"].shape[1] >= longest:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory")
+        return real(model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(capture, "forward_with_attention", oom_on_long)
+    rows = _comparable(scorer({"doc_id": ["long", "short"], "text": [TEXTS[5], TEXTS[1]], "label": [0, 1]}))
+    assert "can't allocate memory" in rows["long"]["error"] and rows["long"]["scores_raw"] is None
+    assert rows["short"]["error"] is None and rows["short"]["words"] == ["bad", "movie"]
+
+
+def test_an_exception_for_one_document_keeps_the_rest_of_the_batch(scorer_factory, monkeypatch):
+    import xai_ray.capture as capture
+
+    scorer = scorer_factory("bert")
+    poison = scorer.tokenizer.convert_tokens_to_ids("boring")
+    real = capture.forward_with_attention
+
+    def fails_on_boring(model, inputs, *args, **kwargs):
+        if (inputs["input_ids"] == poison).any():
+            raise ValueError("a bug in a method")
+        return real(model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(capture, "forward_with_attention", fails_on_boring)
+    rows = _comparable(scorer_rows(scorer, TEXTS))
+    assert rows["d3"]["error"] == "scoring failed: ValueError: a bug in a method"
+    assert all(rows[f"d{i}"]["error"] is None for i in range(8) if i != 3)
+
+
+def test_a_failure_outside_any_document_becomes_error_rows_not_an_exception(scorer_factory, monkeypatch):
+    scorer = scorer_factory("bert")
+    monkeypatch.setattr(scorer, "_groups", lambda *a: 1 / 0)
+    rows = scorer_rows(scorer, TEXTS[:3]).to_pylist()
+    assert [r["doc_id"] for r in rows] == ["d0", "d1", "d2"]
+    assert all(r["error"] == "batch failed: ZeroDivisionError: division by zero" for r in rows)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_one_megabyte_text_is_cut_truncated_and_flagged(family, scorer_factory):
+    import time
+
+    scorer = scorer_factory(family)
+    sentence = "the film was good and the plot was fine. "
+    huge = sentence * (2**20 // len(sentence) + 1)
+    assert len(huge) > 2**20
+    started = time.perf_counter()
+    rows = _comparable(scorer({"doc_id": ["huge", "short"], "text": [huge, sentence * 20], "label": [1, 0]}))
+    assert time.perf_counter() - started < 10
+    big, short = rows["huge"], rows["short"]
+    assert big["error"] is None and big["truncated"] is True and big["n_tokens"] == 32
+    assert big["tokens"] == short["tokens"] and big["words"] == short["words"]  # the same first 32 tokens
+    np.testing.assert_allclose(big["scores_rollout"], short["scores_rollout"], atol=1e-5)
+    assert big["text"] == huge  # the document keeps its whole text
+
+
+def test_a_long_text_of_mostly_whitespace_is_not_cut_short(scorer_factory):
+    scorer = scorer_factory("bert")
+    text = "good" + " " * 200_000 + "bad film"
+    row = scorer({"doc_id": ["w"], "text": [text], "label": [0]}).to_pylist()[0]
+    assert row["words"] == ["good", "bad", "film"] and row["truncated"] is False
+
+
+def test_an_invisible_tail_is_not_truncation(scorer_factory):
+    scorer = scorer_factory("bert")
+    rows = _comparable(scorer({"doc_id": ["zw", "ctl"], "text": ["good film \u200b\u200b", "bad movie \x00\x07"],
+                               "label": [1, 0]}))
+    assert rows["zw"]["truncated"] is False and rows["ctl"]["truncated"] is False
+
+
+def test_the_deferred_flow_stage_never_fails_a_batch(scorer_factory, monkeypatch):
+    from xai_ray.scoring import DeferredMethods
+
+    config = {"model": "unused", "max_length": 32, "methods": ["raw", "flow"], "deferred_methods": ["flow"]}
+    scorer = scorer_factory("bert", methods=("raw", "flow"), deferred_methods=("flow",))
+    batch = scorer_rows(scorer, TEXTS[:3])
+    stage = DeferredMethods(config)
+    good = stage(batch).to_pylist()
+    assert all(r["error"] is None and r["scores_flow"] is not None for r in good)
+    monkeypatch.setattr(stage, "_add_methods", lambda table: 1 / 0)
+    failed = stage(batch).to_pylist()
+    assert sorted(r["doc_id"] for r in failed) == ["d0", "d1", "d2"]  # the scorer sorts by length
+    assert all(r["error"] == "flow failed: ZeroDivisionError: division by zero" for r in failed)

@@ -1,0 +1,257 @@
+"""The nightly job on a real local Ray with a tiny model: two nights with documents added and
+changed in between, a re-run, a night with nothing new, a killed run completed by the next one,
+and an overlapping run refused. Expected values come from the Parquet files and the corpus,
+read with pandas here."""
+
+from __future__ import annotations
+
+import fcntl
+import html
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from xai_ray import cli
+from xai_ray.config import resolve
+from xai_ray.nightly import NightlyError, run_nightly
+from xai_ray.query import open_store
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+WORDS = ["the", "film", "was", "good", "bad", "not", "very", "and", "i", "loved", "great", "plot", "acting",
+         "fine", "story", "this", "boring", "movie", "is", "it", "wonderful"]
+N1, N_ADDED, N_CHANGED = 24, 6, 2
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def sentences(rng, n: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS, size=rng.integers(6, 16))) + "." for _ in range(n)]
+
+
+def write_corpus(folder: Path, name: str, ids: list[str], texts: list[str], labels) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"id": ids, "text": texts, "label": labels}).to_parquet(folder / name)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+def config(tiny_bert_dir, data: Path, store):
+    return resolve(None, {"data": str(data), "model": tiny_bert_dir, "methods": "raw,rollout", "max_length": 32,
+                          "store": str(store), "batch_size": 8, "actors": 1})
+
+
+@pytest.fixture(scope="module")
+def two_nights(ray_cluster, tiny_bert_dir, tmp_path_factory):
+    """Night 1 scores 24 documents; then 6 are added and 2 change their text; night 2."""
+    root = tmp_path_factory.mktemp("nightly")
+    data, store = root / "incoming", root / "store"
+    rng = np.random.default_rng(0)
+    ids = [f"d{i:03d}" for i in range(N1)]
+    texts, labels = sentences(rng, N1), rng.integers(0, 2, N1)
+    write_corpus(data, "day1.parquet", ids, texts, labels)
+    cfg = config(tiny_bert_dir, data, store)
+    first = run_nightly(cfg, "2026-01-01")
+    changed = dict(zip(ids[:N_CHANGED], sentences(rng, N_CHANGED)))
+    write_corpus(data, "day1.parquet", ids, [changed.get(i, t) for i, t in zip(ids, texts)], labels)
+    added = [f"e{i:03d}" for i in range(N_ADDED)]
+    write_corpus(data, "day2.parquet", added, sentences(rng, N_ADDED), rng.integers(0, 2, N_ADDED))
+    second = run_nightly(cfg, "2026-01-02")
+    return {"cfg": cfg, "store": store, "data": data, "first": first, "second": second,
+            "changed": sorted(changed), "added": added}
+
+
+def run_table(store: Path, run_id: str, table: str, sub: str = "") -> pd.DataFrame:
+    return pq.read_table(store / "runs" / f"run_id={run_id}" / table / sub).to_pandas()
+
+
+def facts(page: str) -> dict[str, str]:
+    section = re.search(r"<section id='since_last_night'>(.*?)</section>", page, re.S).group(1)
+    return {html.unescape(k): html.unescape(v) for k, v in re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", section)}
+
+
+def changes(page: str) -> dict[str, str]:
+    section = re.search(r"<section id='since_last_night'>(.*?)</section>", page, re.S).group(1)
+    return {html.unescape(word): status for status, word in re.findall(r"<tr class='(\w+)'><td>(.*?)</td>", section)}
+
+
+def test_first_night_scores_everything(two_nights):
+    first = two_nights["first"]
+    assert first.scored == N1 and first.runs == ["nightly-2026-01-01"]
+    docs = run_table(two_nights["store"], "nightly-2026-01-01", "docs")
+    assert sorted(docs.doc_id) == [f"d{i:03d}" for i in range(N1)]
+    assert first.report == two_nights["store"] / "reports" / "2026-01-01" / "report.html"
+    assert facts(first.report.read_text())["Last night"] == "none (first night)"
+
+
+def test_second_night_scores_only_new_and_changed_documents(two_nights):
+    second, store = two_nights["second"], two_nights["store"]
+    expected = sorted(two_nights["changed"] + two_nights["added"])
+    assert second.scored == len(expected) and second.runs == ["nightly-2026-01-01", "nightly-2026-01-02"]
+    assert sorted(run_table(store, "nightly-2026-01-02", "docs").doc_id) == expected
+    # the store's latest version of every document is the corpus's current text
+    corpus = pd.concat([pd.read_parquet(f) for f in sorted(two_nights["data"].glob("*.parquet"))])
+    union = pd.concat([run_table(store, r, "docs").assign(run=r) for r in second.runs])
+    latest = union.sort_values("run").drop_duplicates("doc_id", keep="last").set_index("doc_id")
+    assert sorted(latest.index) == sorted(corpus.id)
+    assert all(latest.at[i, "text"] == t for i, t in zip(corpus.id, corpus.text))
+    assert os.readlink(store / "reports" / "latest") == "2026-01-02"
+    record = json.loads((store / "reports" / "2026-01-02" / "nightly.json").read_text())
+    assert record["runs"] == second.runs and record["scored"] == len(expected) and record["versions"]["ray"]
+    assert record["key"]["methods"] == ["raw", "rollout"] and len(record["key"]["fingerprint"]) == 64
+
+
+def test_report_shows_what_changed_since_last_night(two_nights):
+    store, second = two_nights["store"], two_nights["second"]
+    page = second.report.read_text()
+    shown = facts(page)
+    night1 = run_table(store, "nightly-2026-01-01", "docs")
+    night2 = run_table(store, "nightly-2026-01-02", "docs")
+    now = pd.concat([night1[~night1.doc_id.isin(night2.doc_id)], night2])
+    assert shown["Documents last night"] == str(N1) and shown["Documents tonight"] == str(len(now))
+    assert shown["Scored tonight"] == f"{N_ADDED + N_CHANGED} ({N_ADDED} new, {N_CHANGED} with changed text)"
+    assert shown["Accuracy last night"] == f"{(night1.label == night1.pred).mean():.1%}"
+    assert shown["Accuracy tonight"] == f"{(now.label == now.pred).mean():.1%}"
+    assert shown["Accuracy of tonight's documents"] == f"{(night2.label == night2.pred).mean():.1%}"
+    # top-20 words (rollout, last layer) of both states, recomputed from the words files
+    min_count = min(max(len(now) // 20, 2), 20)
+
+    def top(frames) -> list[str]:
+        words = pd.concat(frames).assign(word=lambda f: f.word.str.lower(), score=lambda f: f.score.astype(float))
+        stats = words.groupby("word").score.agg(["mean", "size"]).reset_index()
+        stats = stats[stats["size"] >= min_count].sort_values(["mean", "word"], ascending=[False, True])
+        return stats.word.head(20).tolist()
+
+    words1 = run_table(store, "nightly-2026-01-01", "words", "method=rollout/layer=2")
+    words2 = run_table(store, "nightly-2026-01-02", "words", "method=rollout/layer=2")
+    then, now_top = top([words1]), top([words1[~words1.doc_id.isin(night2.doc_id)], words2])
+    got = changes(page)
+    assert {w for w, s in got.items() if s == "entered"} == set(now_top) - set(then)
+    assert {w for w, s in got.items() if s == "left"} == set(then) - set(now_top)
+    for word in set(then) & set(now_top):
+        move = np.sign(then.index(word) - now_top.index(word))
+        assert got[word] == {1: "up", -1: "down", 0: "same"}[move]
+    assert "Documents scored tonight" in page and "e000" in page
+
+
+def test_rerun_and_quiet_night_score_nothing(two_nights, capsys):
+    store, cfg = two_nights["store"], two_nights["cfg"]
+    con = open_store(store)
+    before = con.execute("select (select count(*) from docs), (select count(*) from words)").fetchone()
+    again = run_nightly(cfg, "2026-01-02")
+    assert again.scored == 0 and "already scored" in again.message
+    quiet = run_nightly(cfg, "2026-01-03")
+    assert quiet.scored == 0 and "no new or changed documents" in quiet.message
+    assert quiet.runs == ["nightly-2026-01-01", "nightly-2026-01-02"]
+    con = open_store(store)
+    assert con.execute("select (select count(*) from docs), (select count(*) from words)").fetchone() == before
+    assert sorted(con.execute("select run_id from runs").df().run_id) == ["nightly-2026-01-01", "nightly-2026-01-02"]
+    page = quiet.report.read_text()
+    assert facts(page)["Scored tonight"] == "0 (0 new, 0 with changed text)"
+    assert facts(page)["Last night"] == "2026-01-02"
+    assert os.readlink(store / "reports" / "latest") == "2026-01-03"
+    # rebuilding an older night leaves latest on the newest
+    run_nightly(cfg, "2026-01-02")
+    assert os.readlink(store / "reports" / "latest") == "2026-01-03"
+
+
+def test_overlapping_run_is_refused(two_nights, capsys, tmp_path):
+    store, cfg = two_nights["store"], two_nights["cfg"]
+    with open(store / ".nightly.lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(NightlyError, match="another nightly run is writing store"):
+            run_nightly(cfg, "2026-01-04")
+        path = tmp_path / "nightly.yaml"
+        path.write_text(yaml.safe_dump({k: v for k, v in cfg.to_dict().items() if k != "extra"}))
+        assert cli.main(["nightly", str(path), "--date", "2026-01-04"]) == 2
+        assert "another nightly run is writing store" in capsys.readouterr().err
+    assert not (store / "reports" / "2026-01-04").exists()
+
+
+def test_killed_run_is_completed_by_the_next(ray_cluster, tiny_bert_dir, tmp_path):
+    """SIGKILL while the actors score: nothing is published; the next run scores it all, once."""
+    data, store = tmp_path / "incoming", tmp_path / "store"
+    rng = np.random.default_rng(1)
+    ids = [f"k{i:03d}" for i in range(40)]
+    write_corpus(data, "day.parquet", ids, sentences(rng, 40), rng.integers(0, 2, 40))
+    cfg = config(tiny_bert_dir, data, store)
+    path = tmp_path / "nightly.yaml"
+    path.write_text(yaml.safe_dump({**{k: v for k, v in cfg.to_dict().items() if k != "extra"}, "batch_size": 2}))
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
+    child = subprocess.Popen([sys.executable, "-m", "xai_ray.cli", "nightly", str(path), "--date", "2026-02-01"],
+                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    seen, deadline = "", time.monotonic() + 120
+    try:
+        while "scoring 40 documents" not in seen and time.monotonic() < deadline and child.poll() is None:
+            if select.select([child.stderr], [], [], 1.0)[0]:
+                seen += child.stderr.readline()
+        assert "scoring 40 documents" in seen, seen[-2000:]
+        time.sleep(0.5)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert not (store / "runs" / "run_id=nightly-2026-02-01").exists()
+    assert (store / "_staging" / "run_id=nightly-2026-02-01").exists()
+
+    done = run_nightly(cfg, "2026-02-01")
+    assert done.scored == 40 and done.runs == ["nightly-2026-02-01"]
+    docs = open_store(store).execute("select doc_id from docs").df()
+    assert sorted(docs.doc_id) == ids  # every document once
+    assert not (store / "_staging" / "run_id=nightly-2026-02-01").exists()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test.sh installs it)")
+def test_nightly_report_renders_in_headless_chromium(two_nights, tmp_path):
+    page = two_nights["second"].report
+    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={tmp_path / 'p'}",
+            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
+    dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line and "source: file://" in line] == []
+    since = re.search(r'<section id="since_last_night">(.*?)</section>', dom.stdout, re.S).group(1)
+    assert "<svg" in since and "<path" in since  # the rank slope chart rendered
+    charts = re.split(r'<div class="chart[^"]*" id="chart-\d+"', dom.stdout)[1:]
+    assert len(charts) == page.read_text().count("class='chart'")
+    assert all("<svg" in chart.split("</section>")[0] for chart in charts)
+    if os.environ.get("XAI_RAY_REPORT_SHOT"):  # keep a screenshot to look at
+        subprocess.run([*base, "--window-size=1300,2600", f"--screenshot={os.environ['XAI_RAY_REPORT_SHOT']}",
+                        page.as_uri()], capture_output=True, timeout=120)
+
+
+def test_nightly_into_an_object_store_uri(ray_cluster, tiny_bert_dir, tmp_path, monkeypatch):
+    """file:// goes through pyarrow.fs like s3://: the run, tonight's report and latest are uploaded."""
+    monkeypatch.setenv("XAI_RAY_CACHE", str(tmp_path / "cache"))
+    data, bucket = tmp_path / "incoming", tmp_path / "bucket"
+    rng = np.random.default_rng(2)
+    write_corpus(data, "day.parquet", [f"u{i}" for i in range(6)], sentences(rng, 6), rng.integers(0, 2, 6))
+    cfg = config(tiny_bert_dir, data, f"file://{bucket}/xai")
+    result = run_nightly(cfg, "2026-03-01")
+    assert result.scored == 6
+    run = bucket / "xai" / "runs" / "run_id=nightly-2026-03-01"
+    manifest = yaml.safe_load((run / "manifest.json").read_text())
+    assert manifest["counts"]["docs"] == 6 and manifest["config"]["extra"]["store_uri"] == f"file://{bucket}/xai"
+    assert (bucket / "xai" / "reports" / "2026-03-01" / "report.html").read_text() == result.report.read_text()
+    assert "url=../2026-03-01/report.html" in (bucket / "xai" / "reports" / "latest" / "report.html").read_text()
+    monkeypatch.setenv("XAI_RAY_CACHE", str(tmp_path / "cache-2"))  # another machine, the same night again
+    again = run_nightly(cfg, "2026-03-01")
+    assert again.scored == 0 and "already scored" in again.message

@@ -1,0 +1,99 @@
+"""`xai-ray schedule`: the crontab entry and the systemd user timer, printed, installed for real
+(the machine's crontab, restored afterwards) and removed; the installed line runs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from xai_ray import cli
+from xai_ray.schedule import MARKER, job_tag, read_crontab, write_crontab
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "jobs" / "nightly.yaml"
+
+
+def test_dry_run_prints_the_cron_entry_and_installs_nothing(capsys, monkeypatch):
+    if shutil.which("crontab") is None:
+        pytest.skip("no crontab command (apt-get install cron)")
+    before = read_crontab()
+    assert cli.main(["schedule", str(CONFIG), "--at", "02:30", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    entry = out.strip().splitlines()[-1]
+    assert entry.startswith("30 2 * * * cd ")
+    assert f"xai_ray.cli nightly {CONFIG}" in entry and "scripts/loopback.sh" in entry
+    assert entry.endswith(f"{MARKER}{job_tag(CONFIG)} nightly.yaml") and ">> " in entry
+    assert read_crontab() == before
+
+    assert cli.main(["schedule", str(CONFIG), "--submit-to", "http://127.0.0.1:8265", "--dry-run",
+                     "--set", "store=s3://bucket/xai"]) == 0
+    entry = capsys.readouterr().out.strip().splitlines()[-1]
+    assert entry.startswith("0 2 * * * ")
+    assert f"xai_ray.cli submit {CONFIG} --kind nightly --address http://127.0.0.1:8265 --set store=s3://bucket/xai" in entry
+    assert "loopback.sh" not in entry  # the SSH tunnel lives in this machine's network
+
+
+def test_bad_time_is_one_sentence(capsys):
+    assert cli.main(["schedule", str(CONFIG), "--at", "25:00", "--dry-run"]) == 2
+    assert "--at must be HH:MM" in capsys.readouterr().err
+
+
+def test_crontab_install_and_remove_round_trip(capsys, tmp_path):
+    if shutil.which("crontab") is None:
+        pytest.skip("no crontab command (apt-get install cron)")
+    original = read_crontab()
+    had_one = subprocess.run(["crontab", "-l"], capture_output=True).returncode == 0
+    sentinel = "# xai-ray test: a line that is not ours"
+    try:
+        write_crontab([*original.splitlines(), sentinel])
+        for at in ("02:00", "03:15"):  # installing again replaces, never duplicates
+            assert cli.main(["schedule", str(CONFIG), "--at", at, "--log", str(tmp_path / "n.log")]) == 0
+        rows = read_crontab().splitlines()
+        ours = [r for r in rows if f"{MARKER}{job_tag(CONFIG)}" in r]
+        assert len(ours) == 1 and ours[0].startswith("15 3 * * * ") and sentinel in rows
+        assert cli.main(["schedule", str(CONFIG), "--remove"]) == 0
+        assert "removed the crontab entry" in capsys.readouterr().out
+        assert read_crontab().splitlines() == [*original.splitlines(), sentinel]
+    finally:
+        if had_one:
+            write_crontab(original.splitlines())
+        else:  # leave the machine as it was: no crontab at all
+            subprocess.run(["crontab", "-r"], capture_output=True)
+    assert read_crontab() == original
+
+
+def test_the_scheduled_line_runs(tmp_path, capsys):
+    """Run the printed line through bash: cd, interpreter, quoting and the log all work (the
+    config lies outside the working directory, so the submit stops at once, in the log)."""
+    config = tmp_path / "nightly.yaml"
+    config.write_text(f"store: {tmp_path / 'store'}\n")
+    log = tmp_path / "log dir" / "nightly.log"
+    assert cli.main(["schedule", str(config), "--systemd", "--dry-run", "--log", str(log),
+                     "--submit-to", "http://127.0.0.1:8265"]) == 0
+    service = capsys.readouterr().out
+    line = next(row for row in service.splitlines() if row.startswith("ExecStart=/bin/bash -c "))
+    log.parent.mkdir()
+    subprocess.run(line[len("ExecStart="):], shell=True, timeout=120)
+    assert "lies outside the working directory" in log.read_text()
+
+
+def test_a_schedule_the_cluster_cannot_run_is_refused_at_once(capsys):
+    assert cli.main(["schedule", str(CONFIG), "--submit-to", "http://127.0.0.1:8265", "--dry-run"]) == 2
+    assert "store 'store-nightly' is relative" in capsys.readouterr().err
+
+
+def test_systemd_timer_install_and_remove(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XAI_RAY_SYSTEMD_DIR", str(tmp_path / "units"))
+    assert cli.main(["schedule", str(CONFIG), "--systemd", "--at", "01:05", "--dry-run"]) == 0
+    assert "OnCalendar=*-*-* 01:05:00" in capsys.readouterr().out and not (tmp_path / "units").exists()
+    assert cli.main(["schedule", str(CONFIG), "--systemd", "--at", "01:05"]) == 0
+    name = f"xai-ray-nightly-{job_tag(CONFIG)}"
+    timer = (tmp_path / "units" / f"{name}.timer").read_text()
+    service = (tmp_path / "units" / f"{name}.service").read_text()
+    assert "OnCalendar=*-*-* 01:05:00" in timer and "Persistent=true" in timer
+    assert f"xai_ray.cli nightly {CONFIG}" in service and "Type=oneshot" in service
+    assert cli.main(["schedule", str(CONFIG), "--systemd", "--remove"]) == 0
+    assert list((tmp_path / "units").iterdir()) == []

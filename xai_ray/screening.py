@@ -1,0 +1,70 @@
+"""Screening a corpus before it is scored: rows that cannot be scored are quarantined, not fatal.
+
+Each rejected row becomes an ``errors`` row (doc id, stage ``read``, reason) and the job goes on
+with the rest. Rejected: a missing id, an id seen before (the first occurrence is kept), a text
+that is null, not a string, empty or whitespace only, a text whose file bytes were not UTF-8,
+and a label outside the model's classes (scoring it would put a wrong class into every
+per-class statistic; ``--set label_column=none`` scores unlabelled data instead).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from xai_ray.corpus import INVALID_UTF8
+
+REPLACEMENT = "\ufffd"
+
+
+def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split ``doc_id, text, label`` rows into (kept rows, rejected rows as ``doc_id, stage, reason``)."""
+    classes = sorted(int(c) for c in classes) if classes is not None else None
+    first_row: dict[str, int] = {}
+    keep, rejected = [], []
+    ids = []
+    for row, (doc_id, text, label) in enumerate(zip(corpus["doc_id"], corpus["text"], corpus["label"])):
+        missing_id = _missing(doc_id) or not str(doc_id).strip()
+        doc_id = f"row-{row}" if missing_id else str(doc_id).replace(INVALID_UTF8, REPLACEMENT)
+        ids.append(doc_id)
+        reason = "doc_id is missing (named here by its row)" if missing_id else _problem(
+            row, doc_id, text, label, classes, first_row)
+        if reason is None:
+            first_row[doc_id] = row
+            keep.append(row)
+        else:
+            rejected.append({"doc_id": doc_id, "stage": "read", "reason": reason})
+    kept = corpus.iloc[keep].copy()
+    kept["doc_id"] = [ids[i] for i in keep]
+    errors = pd.DataFrame(rejected, columns=["doc_id", "stage", "reason"])
+    return kept.reset_index(drop=True), errors
+
+
+def _problem(row, doc_id, text, label, classes, first_row) -> str | None:
+    if doc_id in first_row:
+        return f"duplicate doc_id: row {row} repeats the id of row {first_row[doc_id]}, which is kept"
+    problem = text_problem(text)
+    if problem:
+        return problem
+    if INVALID_UTF8 in text:
+        at = text.index(INVALID_UTF8)
+        return f"text is not valid UTF-8 (undecodable bytes from character {at}); fix the file's encoding"
+    if classes is not None and not _missing(label) and int(label) not in classes:
+        return (f"label {int(label)} is not one of the model's classes ({', '.join(map(str, classes))}); "
+                "use --set label_column=none to score without labels")
+    return None
+
+
+def text_problem(text) -> str | None:
+    """Why a text cannot be scored, or None."""
+    if not isinstance(text, str):
+        return "text is null" if _missing(text) else f"text is {type(text).__name__}, not a string"
+    if not text.strip():
+        return "text is empty or whitespace only"
+    return None
+
+
+def _missing(value) -> bool:
+    try:
+        return value is None or bool(pd.isna(value))
+    except (TypeError, ValueError):  # arrays and other containers are not "missing"
+        return False

@@ -1,0 +1,10 @@
+-- Faithfulness values of one run, one row per document, method, layer and metric: what the
+-- report's bootstrap resamples (by document, so every method is resampled alike). Undefined
+-- values (null) are left out. Parameters: $run_id.
+with final as (
+    select method, layer, metric, doc_id, value
+    from faithfulness
+    where run_id = $run_id and value is not null
+)
+
+select * from final
