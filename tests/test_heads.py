@@ -300,3 +300,33 @@ def test_head_columns_survive_the_deferred_flow_stage(scorer_factory):
     assert "attention" not in done.column_names and done.column("scores_flow").null_count == 0
     for column in ("heads", "head_jsd", "head_jsd_rows"):
         assert done.column(column).to_pylist() == rows.column(column).to_pylist()
+
+
+def test_a_resumed_run_sums_every_document_once(tmp_path, scorer_factory):
+    """Head sums live in each committed part's record: a run stopped after two parts, resumed, and
+    handed one batch again (a retried Ray task) sums each document exactly once."""
+    from xai_ray.store import RunWriter
+
+    scorer = scorer_factory("bert")
+    texts = ["the film was good", "bad movie", "i loved the story", "not very boring", "the plot is fine",
+             "great acting and a great plot"]
+    batches = [scorer({"doc_id": [f"d{i}", f"d{i + 1}"], "text": texts[i:i + 2], "label": [0, 1]})
+               for i in range(0, 6, 2)]
+    per_doc = [np.asarray(r["heads"]) for b in batches for r in b.to_pylist()]  # each row's own sums
+    n_rows = sum(r["n_tokens"] for b in batches for r in b.to_pylist())
+
+    first = RunWriter(tmp_path, "r", ["raw", "rollout"], part_rows=1, totals=HeadTotals)
+    first.write(batches[0])
+    first.write(batches[1])
+    first.abort(keep_parts=True)  # the driver dies: two committed parts stay
+    again = RunWriter(tmp_path, "r", ["raw", "rollout"], part_rows=1, totals=HeadTotals)
+    assert again.totals.n_docs == 4
+    again.write(batches[1])  # delivered again: dropped, not summed twice
+    again.write(batches[2])
+    again.commit()
+    assert again.totals.n_docs == 6 and again.totals.n_rows == n_rows
+    np.testing.assert_allclose(again.totals.sums.ravel(), np.sum(per_doc, axis=0), rtol=1e-12)
+    again.write_whole("heads", again.totals.heads_table())
+    again.publish({"created_at": "x"})
+    view = open_store(tmp_path).execute("select n_docs, count(*) as n from heads group by n_docs").df()
+    assert view.n_docs.tolist() == [6] and view.n.tolist() == [2 * 2]  # tiny BERT: 2 layers x 2 heads
