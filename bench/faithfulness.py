@@ -8,7 +8,10 @@ gradient and evaluation stages from the manifest, and the run's wall time).
 
 Usage (Ray needs the loopback namespace here):
   bash scripts/loopback.sh .venv/bin/python bench/faithfulness.py --n 100 --max-length 128 \
-      [--model /work/models/ft1/model] [--methods raw,rollout,flow] [--out table.md]
+      [--model models/minilm-imdb] [--methods raw,rollout,flow] [--out table.md]
+
+--model defaults to the packaged MiniLM; a fine-tuned folder (`xai-ray finetune --out DIR`) is
+evaluated on its own held-out reviews (heldout_ids.txt).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from xai_ray.query import open_store, run_named
 from xai_ray.report_faithfulness import HEADLINE, bootstrap, order_methods
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
-FINE_TUNED = Path("/work/models/ft1/model")
 
 
 def heldout_reviews(model: str, data: str, folder: Path) -> tuple[str, str]:
@@ -48,7 +50,7 @@ def heldout_reviews(model: str, data: str, folder: Path) -> tuple[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100)
-    parser.add_argument("--model", default=str(FINE_TUNED) if (FINE_TUNED / "config.json").is_file() else "minilm")
+    parser.add_argument("--model", default="minilm", help="minilm, a Hub id or a model folder")
     parser.add_argument("--data", default=str(IMDB))
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--methods", default="raw,rollout,flow")

@@ -206,3 +206,33 @@ def scorer_factory(tiny_model_factory):
         return cache[key]
 
     return factory
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster (2 CPUs, no dashboard) for one test module; joins one already started."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """``command(tmp_path, net_log=None) -> argv`` of Debian's headless chromium with a fresh profile and
+    no background traffic (a net log records every request the page makes); skips without chromium."""
+    import shutil
+
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.skip("needs Debian's chromium (scripts/test.sh installs it)")
+
+    def command(tmp_path, net_log=None) -> list[str]:
+        argv = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic",
+                f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+                "--virtual-time-budget=15000"]
+        return argv + ([f"--log-net-log={net_log}"] if net_log else [])
+
+    return command

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from xai_ray.model import load_model
 from xai_ray.scoring import Scorer
 from xai_ray.words import merge_attention
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 HOSTILE = "<script>document.title='PWNED'</script> the film was <img src=x onerror=\"document.title='PWNED'\"> unbelievable, good!"
 FAMILY = "bert"
 
@@ -141,13 +139,9 @@ def test_cli_mistakes_are_one_sentence(tiny_store, tiny_model_factory, tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test.sh installs it)")
-def test_page_renders_in_headless_chromium(page_file, tmp_path):
+def test_page_renders_in_headless_chromium(page_file, tmp_path, chromium):
     net_log = tmp_path / "net.json"
-    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic",
-            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-            "--virtual-time-budget=15000", f"--log-net-log={net_log}"]
+    base = chromium(tmp_path, net_log)
     dom = subprocess.run([*base, "--dump-dom", page_file.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line and "source: file://" in line]

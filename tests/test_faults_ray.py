@@ -29,15 +29,6 @@ SCORER_ACTOR = "MapWorker(MapBatches(Scorer))"
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield ray
-    ray.shutdown()
-
-
 def scorer_actors() -> list[dict]:
     import ray._private.state
 

@@ -32,14 +32,6 @@ ray_test = [pytest.mark.slow, pytest.mark.ray]
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def finetuned(ray_cluster, tmp_path_factory):
     out = tmp_path_factory.mktemp("finetuned") / "model"
     status = cli.main(["finetune", "--base", "minilm", "--data", str(IMDB), *LEARN, "--out", str(out)])

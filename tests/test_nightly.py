@@ -11,7 +11,6 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +32,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 WORDS = ["the", "film", "was", "good", "bad", "not", "very", "and", "i", "loved", "great", "plot", "acting",
          "fine", "story", "this", "boring", "movie", "is", "it", "wonderful"]
 N1, N_ADDED, N_CHANGED = 24, 6, 2
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def sentences(rng, n: int) -> list[str]:
@@ -43,14 +41,6 @@ def sentences(rng, n: int) -> list[str]:
 def write_corpus(folder: Path, name: str, ids: list[str], texts: list[str], labels) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"id": ids, "text": texts, "label": labels}).to_parquet(folder / name)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield ray
-    ray.shutdown()
 
 
 def config(tiny_bert_dir, data: Path, store):
@@ -219,12 +209,9 @@ def test_killed_run_is_completed_by_the_next(ray_cluster, tiny_bert_dir, tmp_pat
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test.sh installs it)")
-def test_nightly_report_renders_in_headless_chromium(two_nights, tmp_path):
+def test_nightly_report_renders_in_headless_chromium(two_nights, tmp_path, chromium):
     page = two_nights["second"].report
-    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={tmp_path / 'p'}",
-            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
+    base = chromium(tmp_path)
     dom = subprocess.run([*base, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert [line for line in dom.stderr.splitlines() if ":CONSOLE" in line and "source: file://" in line] == []

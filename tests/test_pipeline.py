@@ -26,14 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def imdb_store(ray_cluster, tmp_path_factory):
     """One real run: 200 IMDB train reviews, MiniLM, raw + rollout, 2 actors, via the CLI."""
     store = tmp_path_factory.mktemp("store")

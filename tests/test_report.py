@@ -30,7 +30,6 @@ INJECTION_ID = "<img src=x onerror=\"document.title='PWNED'\">"
 # shortest of its (label, correct) group and certainly one of the highlighted examples.
 INJECTION_TEXT = ("<script>document.title='PWNED'</script><img src=x onerror=\"document.title='PWNED'\">"
                   "</style> a fine film, ")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SECTIONS = ["summary", "headline", "explorer", "per_method", "per_class", "layers", "highlights", "agreement"]
 
 
@@ -164,13 +163,9 @@ def test_charts_export_as_svg_and_png(tiny_store, tmp_path):
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/test.sh installs it)")
-def test_report_renders_in_headless_chromium(report_file, tmp_path):
+def test_report_renders_in_headless_chromium(report_file, tmp_path, chromium):
     net_log = tmp_path / "net.json"
-    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic",
-            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-            "--virtual-time-budget=15000", f"--log-net-log={net_log}"]
+    base = chromium(tmp_path, net_log)
     url = report_file.as_uri()
     dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
