@@ -64,3 +64,28 @@ def test_latest_version_of_each_document_and_errors_superseded(tmp_path):
     assert earlier.execute("select doc_id, text from docs order by doc_id").fetchall() == [
         ("a", "a old"), ("b", "b old"), ("c", "c old")]
     assert earlier.execute("select doc_id from errors").fetchall() == [("e",)]
+
+
+def faithfulness(root, run_id: str, rows: list[tuple]) -> None:
+    folder = layout.run_dir(root, run_id) / "faithfulness"
+    folder.mkdir()
+    pq.write_table(pa.Table.from_pylist([{"doc_id": d, "method": m, "layer": None, "metric": "spearman_loo",
+                                          "value": v} for d, m, v in rows], schema=layout.FAITHFULNESS),
+                   folder / "part-0.parquet")
+
+
+def test_faithfulness_of_each_documents_latest_version_and_no_heads(tmp_path):
+    # n1 evaluates a and b; n2 scores a again (new text) and evaluates it; the union keeps a's
+    # n2 rows and b's n1 rows. Head statistics are means over one run: the union shows none.
+    write_run(tmp_path, "n1", [{"doc_id": d, "pred": 1, "label": 1, "text": f"{d} old"} for d in "ab"],
+              words({"a": [("good", 1.0)], "b": [("bad", 1.0)]}), created_at="2026-01-01T00:00:00")
+    faithfulness(tmp_path, "n1", [("a", "random", 0.1), ("b", "random", 0.2)])
+    write_run(tmp_path, "n2", [{"doc_id": "a", "pred": 0, "label": 1, "text": "a new"}],
+              words({"a": [("dull", 1.0)]}), created_at="2026-01-02T00:00:00")
+    faithfulness(tmp_path, "n2", [("a", "random", 0.7)])
+
+    con = open_union(tmp_path, ["n1", "n2"], "all")
+    got = con.execute("select run_id, source_run_id, doc_id, value from faithfulness order by doc_id").fetchall()
+    assert got == [("all", "n2", "a", 0.7), ("all", "n1", "b", 0.2)]
+    assert con.execute("select count(*) from heads").fetchone() == (0,)
+    assert con.execute("select count(*) from head_similarity").fetchone() == (0,)

@@ -169,13 +169,17 @@ def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool 
     con = duckdb.connect(":memory:")
     con.execute("SET VARIABLE union_label = ?", [label])
     con.execute("SET VARIABLE union_runs = ?", [list(run_ids)])
-    for table in ("docs", "errors", "tokens", "words"):  # docs first: the others read it
+    for table in ("docs", "errors", "tokens", "words", "faithfulness"):  # docs first: the others read it
         files = sorted(str(f) for run in runs for f in (run / table).rglob("*.parquet"))
         if files:
             con.execute(f"SET VARIABLE files_{table} = ?", [files])
             con.execute(f"create view {table} as {sql_text(f'union_{table}')}")
         else:
             con.from_arrow(_empty(table).append_column("source_run_id", pa.array([], pa.string()))).create_view(table)
+    for table in ("heads", "head_similarity"):
+        # Means over one run's reviews: they do not add up across runs, so a union shows none
+        # (each night's run keeps its own in the store's views).
+        con.from_arrow(_empty(table)).create_view(table)
     con.from_arrow(_union_runs_row(runs, label)).create_view("runs")
     if sandbox:
         con.execute("SET allowed_directories = ?", [[str(root)]])
