@@ -27,8 +27,8 @@ import pandas as pd
 
 from xai_ray import pipeline
 from xai_ray.config import resolve
-from xai_ray.query import open_store, run_named
-from xai_ray.report_faithfulness import HEADLINE, bootstrap, order_methods
+from xai_ray.query.connection import open_store, run_named
+from xai_ray.report.faithfulness import HEADLINE, bootstrap, order_methods
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 
@@ -62,9 +62,21 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     store = Path(args.store or tempfile.mkdtemp(prefix="faithfulness-"))
     data, source = heldout_reviews(args.model, args.data, store)
-    cfg = resolve(None, {"data": data, "limit": args.n, "model": args.model, "max_length": args.max_length,
-                         "methods": args.methods, "actors": args.actors, "store": str(store), "report": False,
-                         "evaluate": True}, [f"cpus_per_actor={args.cpus_per_actor}", "batch_size=16"])
+    cfg = resolve(
+        None,
+        {
+            "data": data,
+            "limit": args.n,
+            "model": args.model,
+            "max_length": args.max_length,
+            "methods": args.methods,
+            "actors": args.actors,
+            "store": str(store),
+            "report": False,
+            "evaluate": True,
+        },
+        [f"cpus_per_actor={args.cpus_per_actor}", "batch_size=16"],
+    )
     started = time.perf_counter()
     result = pipeline.run(cfg)
     wall = time.perf_counter() - started
@@ -76,22 +88,33 @@ def main() -> None:
     actor = result.manifest["timings"]["actor_seconds"]
     per_doc = (actor.get("evaluate", 0) + actor.get("gradient", 0)) / max(docs, 1)
     scoring = sum(v for k, v in actor.items() if k not in ("evaluate", "gradient")) / max(docs, 1)
-    lines = [f"model {args.model}, {docs} {source} (seeded sample), max_length {args.max_length}, "
-             f"mean {tokens:.1f} tokens; {args.actors} actor x {args.cpus_per_actor:g} CPU",
-             f"evaluation: {per_doc:.2f} actor-s per document (scoring itself {scoring:.3f} s); run wall "
-             f"{wall:.0f} s; projected for 1,000 reviews on this hardware: {per_doc * 1000 / 60:.0f} actor-minutes",
-             "", "| method | layer | " + " | ".join(HEADLINE) + " |", "|---|---|" + "---|" * len(HEADLINE)]
+    lines = [
+        f"model {args.model}, {docs} {source} (seeded sample), max_length {args.max_length}, "
+        f"mean {tokens:.1f} tokens; {args.actors} actor x {args.cpus_per_actor:g} CPU",
+        f"evaluation: {per_doc:.2f} actor-s per document (scoring itself {scoring:.3f} s); run wall "
+        f"{wall:.0f} s; projected for 1,000 reviews on this hardware: {per_doc * 1000 / 60:.0f} actor-minutes",
+        "",
+        "| method | layer | " + " | ".join(HEADLINE) + " |",
+        "|---|---|" + "---|" * len(HEADLINE),
+    ]
     for method in order_methods(summary.method.unique().tolist(), cfg.methods):
         mine = summary[summary.method == method]
         for layer in sorted(mine.layer.dropna().unique()) or [None]:
             cells = (mine[mine.layer.isna()] if layer is None else mine[mine.layer == layer]).set_index("metric")
-            row = [f"{cells.at[m, 'mean']:.3f} [{cells.at[m, 'lo']:.3f}, {cells.at[m, 'hi']:.3f}]"
-                   if m in cells.index else "n/a" for m in HEADLINE]
+            row = [
+                f"{cells.at[m, 'mean']:.3f} [{cells.at[m, 'lo']:.3f}, {cells.at[m, 'hi']:.3f}]"
+                if m in cells.index
+                else "n/a"
+                for m in HEADLINE
+            ]
             lines.append(f"| {method} | {'' if layer is None else int(layer)} | " + " | ".join(row) + " |")
     text = "\n".join(lines)
     print(text)
-    print(json.dumps({"docs": docs, "eval_s_per_doc": round(per_doc, 3), "wall_s": round(wall, 1),
-                      "actor_seconds": actor}))
+    print(
+        json.dumps(
+            {"docs": docs, "eval_s_per_doc": round(per_doc, 3), "wall_s": round(wall, 1), "actor_seconds": actor}
+        )
+    )
     if args.out:
         Path(args.out).write_text(text + "\n")
 

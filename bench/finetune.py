@@ -35,8 +35,15 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE")
     args = parser.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="xai-ray-finetune-")) / "model"
-    argv = ["finetune", "--config", str(ROOT / "jobs" / "finetune.yaml"), "--data",
-            str(ROOT.parent / "shared" / "data" / "imdb" / "train.parquet"), "--out", str(out)]
+    argv = [
+        "finetune",
+        "--config",
+        str(ROOT / "jobs" / "finetune.yaml"),
+        "--data",
+        str(ROOT.parent / "shared" / "data" / "imdb" / "train.parquet"),
+        "--out",
+        str(out),
+    ]
     argv += ["--workers", args.workers] if args.workers else []
     argv += [x for item in args.sets for x in ("--set", item)]
     print("command: xai-ray " + " ".join(argv), flush=True)
@@ -47,19 +54,27 @@ def main() -> int:
         return status
     metrics = json.loads((out / "metrics.json").read_text())
     logging.shutdown()
-    print(json.dumps({
-        "train_docs": metrics["data"]["train_docs"],
-        "heldout_docs": metrics["data"]["heldout_docs"],
-        "heldout_accuracy": metrics["heldout_accuracy"],
-        "majority_baseline": metrics["majority_baseline"],
-        "minutes": round(minutes, 2),
-        "train_docs_per_s": metrics["timings"]["train_docs_per_s"],
-        "workers": metrics["scaling"]["workers"],
-        "threads_per_worker": metrics["scaling"]["threads"],
-        "model": str(out),
-    }, indent=1))
-    print(f"accuracy {metrics['heldout_accuracy']:.4f} on {metrics['data']['heldout_docs']} held-out reviews "
-          f"in {minutes:.1f} min", flush=True)
+    print(
+        json.dumps(
+            {
+                "train_docs": metrics["data"]["train_docs"],
+                "heldout_docs": metrics["data"]["heldout_docs"],
+                "heldout_accuracy": metrics["heldout_accuracy"],
+                "majority_baseline": metrics["majority_baseline"],
+                "minutes": round(minutes, 2),
+                "train_docs_per_s": metrics["timings"]["train_docs_per_s"],
+                "workers": metrics["scaling"]["workers"],
+                "threads_per_worker": metrics["scaling"]["threads"],
+                "model": str(out),
+            },
+            indent=1,
+        )
+    )
+    print(
+        f"accuracy {metrics['heldout_accuracy']:.4f} on {metrics['data']['heldout_docs']} held-out reviews "
+        f"in {minutes:.1f} min",
+        flush=True,
+    )
     return 0
 
 

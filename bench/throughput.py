@@ -3,7 +3,7 @@
     python bench/throughput.py MODEL DATA N [--max-length 512] [--e2e-n 2000] [--skip e]
 
 On the same N reviews and model, each variant in its own process (clean peak memory), prints:
-  (a) our scoring stage: capture + raw + rollout + words (xai_ray.scoring.Scorer)
+  (a) our scoring stage: capture + raw + rollout + words (xai_ray.scoring.actor.Scorer)
   (b) the bare forward pass, fused SDPA attention, no capture
   (c) eager attention with output_attentions=True and nothing else
   (d) the seed write-up's loop: one review at a time padded to max length, eager attention,
@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def texts_for(data: str, n: int) -> tuple[list[str], list[str]]:
-    from xai_ray.corpus import read_corpus
+    from xai_ray.data.corpus import read_corpus
 
     corpus = read_corpus(data, limit=n, seed=0)
     return corpus.doc_id.tolist(), corpus.text.tolist()
@@ -56,15 +56,22 @@ def batches(tokenizer, texts, max_length, budget=BUDGET):
 def run_variant(variant: str, model_name: str, data: str, n: int, max_length: int) -> dict:
     import torch
 
-    from xai_ray.model import load_model
+    from xai_ray.model.loading import load_model
 
     torch.set_num_threads(os.cpu_count() or 1)
     ids, texts = texts_for(data, n)
     if variant == "a":
-        from xai_ray.scoring import Scorer
+        from xai_ray.scoring.actor import Scorer
 
-        scorer = Scorer({"model": model_name, "max_length": max_length, "methods": ["raw", "rollout"],
-                         "cpus_per_actor": os.cpu_count(), "max_tokens_per_batch": BUDGET})
+        scorer = Scorer(
+            {
+                "model": model_name,
+                "max_length": max_length,
+                "methods": ["raw", "rollout"],
+                "cpus_per_actor": os.cpu_count(),
+                "max_tokens_per_batch": BUDGET,
+            }
+        )
         start = time.perf_counter()
         scorer({"doc_id": ids, "text": texts, "label": [None] * len(ids)})
         return {"seconds": time.perf_counter() - start}
@@ -90,8 +97,7 @@ def seed_style_review(model, tok, text, max_length, pad: bool, words: bool):
     import numpy as np
     import torch
 
-    enc = tok(text, truncation=True, max_length=max_length, return_tensors="pt",
-              padding="max_length" if pad else False)
+    enc = tok(text, truncation=True, max_length=max_length, return_tensors="pt", padding="max_length" if pad else False)
     attentions = model(**enc, output_attentions=True).attentions
     n_tok = enc["input_ids"].shape[1]
     rollout = torch.eye(n_tok)
@@ -118,13 +124,19 @@ def run_memory(variant: str) -> dict:
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
-    import xai_ray.capture as capture
+    import xai_ray.model.capture as capture
 
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count() or 1)
     attn = capture.CAPTURE if variant == "a" else "sdpa"
-    config = BertConfig(num_hidden_layers=12, num_attention_heads=12, hidden_size=768, intermediate_size=3072,
-                        num_labels=2, attn_implementation=attn)
+    config = BertConfig(
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        hidden_size=768,
+        intermediate_size=3072,
+        num_labels=2,
+        attn_implementation=attn,
+    )
     model = BertForSequenceClassification(config).eval()
     ids = torch.randint(1000, 20000, (32, 512))
     mask = torch.ones_like(ids)
@@ -147,9 +159,27 @@ def run_memory(variant: str) -> dict:
 def run_e2e(model_name: str, data: str, n: int, max_length: int) -> dict:
     with tempfile.TemporaryDirectory() as store:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "xai_ray.cli", "run", "--data", data, "--limit", str(n), "--model",
-                        model_name, "--max-length", str(max_length), "--store", store, "--no-report"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "xai_ray.cli",
+                "run",
+                "--data",
+                data,
+                "--limit",
+                str(n),
+                "--model",
+                model_name,
+                "--max-length",
+                str(max_length),
+                "--store",
+                store,
+                "--no-report",
+            ],
+            check=True,
+            capture_output=True,
+        )
         return {"seconds": time.perf_counter() - start}
 
 
@@ -165,8 +195,17 @@ def child(args) -> None:
 
 
 def spawn(args, variant: str, n: int) -> dict:
-    cmd = [sys.executable, __file__, args.model, args.data, str(n), "--max-length", str(args.max_length),
-           "--variant", variant] + (["--memory"] if args.memory else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        args.model,
+        args.data,
+        str(n),
+        "--max-length",
+        str(args.max_length),
+        "--variant",
+        variant,
+    ] + (["--memory"] if args.memory else [])
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -186,13 +225,20 @@ def main() -> None:
         return child(args)
     if args.memory:
         a, b = spawn(args, "a", 0), spawn(args, "b", 0)
-        print(f"batch 32 x 512, random 12-layer/12-head/768 BERT: peak RSS (a) capture+raw+rollout "
-              f"{a['peak_rss_mb']:.0f} MB, (b) SDPA forward {b['peak_rss_mb']:.0f} MB, ratio a/b "
-              f"{a['peak_rss_mb'] / b['peak_rss_mb']:.2f} (target <= 1.5); seconds a {a['seconds']:.1f}, b {b['seconds']:.1f}")
+        print(
+            f"batch 32 x 512, random 12-layer/12-head/768 BERT: peak RSS (a) capture+raw+rollout "
+            f"{a['peak_rss_mb']:.0f} MB, (b) SDPA forward {b['peak_rss_mb']:.0f} MB, ratio a/b "
+            f"{a['peak_rss_mb'] / b['peak_rss_mb']:.2f} (target <= 1.5); seconds a {a['seconds']:.1f}, b {b['seconds']:.1f}"
+        )
         return
-    names = {"a": "(a) xai-ray scoring (raw+rollout)", "b": "(b) bare forward, SDPA", "c": "(c) eager + output_attentions",
-             "d": "(d) seed loop: 1 at a time, padded, words", "e": f"(e) whole xai-ray run ({args.e2e_n} docs)",
-             "f": "(f) 1 at a time, unpadded, rollout only"}
+    names = {
+        "a": "(a) xai-ray scoring (raw+rollout)",
+        "b": "(b) bare forward, SDPA",
+        "c": "(c) eager + output_attentions",
+        "d": "(d) seed loop: 1 at a time, padded, words",
+        "e": f"(e) whole xai-ray run ({args.e2e_n} docs)",
+        "f": "(f) 1 at a time, unpadded, rollout only",
+    }
     rates = {}
     print(f"model {args.model}, {args.n} IMDB reviews, max length {args.max_length}, {os.cpu_count()} CPUs")
     print(f"{'variant':<40}{'docs/s':>9}{'seconds':>9}{'peak MB':>9}")
@@ -203,8 +249,13 @@ def main() -> None:
         result = spawn(args, v, n)
         rates[v] = n / result["seconds"]
         print(f"{names[v]:<40}{rates[v]:>9.2f}{result['seconds']:>9.1f}{result['peak_rss_mb']:>9.0f}", flush=True)
-    for top, bottom, target in (("a", "b", ">= 0.6 (goal 0.75)"), ("a", "c", ">= 1.2"), ("a", "d", ">= 2 on CPU"),
-                                ("a", "f", "(no target: a lean loop, not the seed's)"), ("e", "a", ">= 0.8")):
+    for top, bottom, target in (
+        ("a", "b", ">= 0.6 (goal 0.75)"),
+        ("a", "c", ">= 1.2"),
+        ("a", "d", ">= 2 on CPU"),
+        ("a", "f", "(no target: a lean loop, not the seed's)"),
+        ("e", "a", ">= 0.8"),
+    ):
         if top in rates and bottom in rates:
             print(f"ratio {top}/{bottom}: {rates[top] / rates[bottom]:.2f}   target {target}")
 

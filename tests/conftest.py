@@ -3,7 +3,7 @@
 Three families are covered: BERT and DistilBERT with a hand-written WordPiece vocabulary, and
 RoBERTa with a byte-level BPE trained here on a few sentences. Each model is saved with
 safetensors weights next to its fast tokenizer in a session temp folder, so
-``xai_ray.model.load_model(folder)`` and ``xai_ray.scoring.Scorer`` load them like a real checkpoint.
+``xai_ray.model.loading.load_model(folder)`` and ``xai_ray.scoring.actor.Scorer`` load them like a real checkpoint.
 """
 
 from __future__ import annotations
@@ -15,11 +15,49 @@ FAMILIES = ("bert", "distilbert", "roberta")
 # Whole words plus "##" pieces so that e.g. "unbelievable" -> un ##believ ##able and
 # "films" -> film ##s, "playing" -> play ##ing.
 WORDPIECE_VOCAB = [
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
-    "the", "a", "an", "film", "movie", "was", "is", "good", "bad", "not", "very", "and", "i", "it",
-    "great", "plot", "acting", "loved", "fine", "story", "this", "of", "boring",
-    ",", ".", "!", "?", "'",
-    "un", "##believ", "##able", "##s", "play", "##ing", "##ly", "##ed", "wonder", "##ful",
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "a",
+    "an",
+    "film",
+    "movie",
+    "was",
+    "is",
+    "good",
+    "bad",
+    "not",
+    "very",
+    "and",
+    "i",
+    "it",
+    "great",
+    "plot",
+    "acting",
+    "loved",
+    "fine",
+    "story",
+    "this",
+    "of",
+    "boring",
+    ",",
+    ".",
+    "!",
+    "?",
+    "'",
+    "un",
+    "##believ",
+    "##able",
+    "##s",
+    "play",
+    "##ing",
+    "##ly",
+    "##ed",
+    "wonder",
+    "##ful",
 ]
 
 BPE_CORPUS = [
@@ -114,26 +152,48 @@ def build_tiny_model(family: str, seed: int = 0):
     if family == "bert":
         tokenizer = build_wordpiece_tokenizer()
         config = BertConfig(
-            vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-            intermediate_size=32, max_position_embeddings=64, num_labels=2, pad_token_id=tokenizer.pad_token_id,
-            initializer_range=0.5, attn_implementation="eager",
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+            num_labels=2,
+            pad_token_id=tokenizer.pad_token_id,
+            initializer_range=0.5,
+            attn_implementation="eager",
         )
         model = BertForSequenceClassification(config)
     elif family == "distilbert":
         tokenizer = build_wordpiece_tokenizer(DistilBertTokenizerFast)
         config = DistilBertConfig(
-            vocab_size=len(tokenizer), dim=16, n_layers=3, n_heads=4, hidden_dim=32,
-            max_position_embeddings=64, num_labels=2, pad_token_id=tokenizer.pad_token_id,
-            initializer_range=0.5, attn_implementation="eager",
+            vocab_size=len(tokenizer),
+            dim=16,
+            n_layers=3,
+            n_heads=4,
+            hidden_dim=32,
+            max_position_embeddings=64,
+            num_labels=2,
+            pad_token_id=tokenizer.pad_token_id,
+            initializer_range=0.5,
+            attn_implementation="eager",
         )
         model = DistilBertForSequenceClassification(config)
     elif family == "roberta":
         tokenizer = build_bpe_tokenizer()
         config = RobertaConfig(
-            vocab_size=len(tokenizer), hidden_size=24, num_hidden_layers=3, num_attention_heads=3,
-            intermediate_size=32, max_position_embeddings=64, num_labels=2,
-            pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id, initializer_range=0.5, attn_implementation="eager",
+            vocab_size=len(tokenizer),
+            hidden_size=24,
+            num_hidden_layers=3,
+            num_attention_heads=3,
+            intermediate_size=32,
+            max_position_embeddings=64,
+            num_labels=2,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            initializer_range=0.5,
+            attn_implementation="eager",
         )
         model = RobertaForSequenceClassification(config)
     else:
@@ -196,7 +256,7 @@ def scorer_factory(tiny_model_factory):
     cache: dict = {}
 
     def factory(family: str, **overrides):
-        from xai_ray.scoring import Scorer
+        from xai_ray.scoring.actor import Scorer
 
         key = (family, tuple(sorted(overrides.items())))
         if key not in cache:
@@ -229,10 +289,21 @@ def chromium():
         pytest.skip("needs Debian's chromium (scripts/test.sh installs it)")
 
     def command(tmp_path, net_log=None) -> list[str]:
-        argv = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic",
-                f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
-                "--virtual-time-budget=15000"]
+        argv = [
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            "--disable-sync",
+            "--disable-quic",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=15000",
+        ]
         return argv + ([f"--log-net-log={net_log}"] if net_log else [])
 
     return command

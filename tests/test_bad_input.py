@@ -15,23 +15,38 @@ import torch
 from test_faults import METHODS, TEXTS, scorer_rows
 
 from xai_ray import cli
-from xai_ray.corpus import read_corpus
-from xai_ray.query import QueryError, open_store, run_sql
-from xai_ray.screening import screen
-from xai_ray.store import RunWriter
+from xai_ray.data.corpus import read_corpus
+from xai_ray.data.screening import screen
+from xai_ray.query.connection import QueryError, open_store
+from xai_ray.query.user_sql import run_sql
+from xai_ray.store.writer import RunWriter
 
 # --------------------------------------------------------------------------- bad input
 
 
 def test_screening_quarantines_bad_rows_and_keeps_the_first_duplicate():
-    from xai_ray.corpus import INVALID_UTF8
+    from xai_ray.data.corpus import INVALID_UTF8
 
-    corpus = pd.DataFrame({
-        "doc_id": ["a", "b", "c", "d", "e", "a", None, "f", "g", "h", "i", "j"],
-        "text": ["good", None, "", " \n\t ", 42, "again", "no id", "bad " + INVALID_UTF8 + "bytes", "fine",
-                 "fine", "x", ["a", "list"]],
-        "label": pd.array([1, 0, 0, 0, 0, 1, 0, 1, 7, -1, None, 0], dtype="Int64"),
-    })
+    corpus = pd.DataFrame(
+        {
+            "doc_id": ["a", "b", "c", "d", "e", "a", None, "f", "g", "h", "i", "j"],
+            "text": [
+                "good",
+                None,
+                "",
+                " \n\t ",
+                42,
+                "again",
+                "no id",
+                "bad " + INVALID_UTF8 + "bytes",
+                "fine",
+                "fine",
+                "x",
+                ["a", "list"],
+            ],
+            "label": pd.array([1, 0, 0, 0, 0, 1, 0, 1, 7, -1, None, 0], dtype="Int64"),
+        }
+    )
     kept, rejected = screen(corpus, {0: "negative", 1: "positive"})
     assert kept.doc_id.tolist() == ["a", "i"]
     assert kept.text.tolist() == ["good", "x"] and pd.isna(kept.label.iloc[1])
@@ -52,18 +67,30 @@ def test_screening_quarantines_bad_rows_and_keeps_the_first_duplicate():
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
 def test_invalid_utf8_rows_are_quarantined_and_the_rest_read_exactly(tmp_path, kind):
     if kind == "csv":
-        raw = ("\ufeffid,text,label\n".encode() + b'a,"caf\xc3\xa9, fine",1\n' + b'b,"bad \xff\xfe bytes",0\n'
-               + b'c\xff,ok,1\n' + "d,\"emoji \U0001f600 ok\",0\n".encode())
+        raw = (
+            "\ufeffid,text,label\n".encode()
+            + b'a,"caf\xc3\xa9, fine",1\n'
+            + b'b,"bad \xff\xfe bytes",0\n'
+            + b"c\xff,ok,1\n"
+            + b"c\xfe,also ok,0\n"
+            + 'd,"emoji \U0001f600 ok",0\n'.encode()
+        )
     else:
-        raw = (b'{"id": "a", "text": "caf\xc3\xa9, fine", "label": 1}\n'
-               b'{"id": "b", "text": "bad \xff\xfe bytes", "label": 0}\n'
-               b'{"id": "c\xff", "text": "ok", "label": 1}\n'
-               + '{"id": "d", "text": "emoji \U0001f600 ok", "label": 0}\n'.encode())
+        raw = (
+            b'{"id": "a", "text": "caf\xc3\xa9, fine", "label": 1}\n'
+            b'{"id": "b", "text": "bad \xff\xfe bytes", "label": 0}\n'
+            b'{"id": "c\xff", "text": "ok", "label": 1}\n'
+            b'{"id": "c\xfe", "text": "also ok", "label": 0}\n'
+            + '{"id": "d", "text": "emoji \U0001f600 ok", "label": 0}\n'.encode()
+        )
     source = tmp_path / f"c.{kind}"
     source.write_bytes(raw)
-    kept, rejected = screen(read_corpus(str(source)), [0, 1])
-    assert kept.doc_id.tolist() == ["a", "c\ufffd", "d"]
-    assert kept.text.tolist() == ["café, fine", "ok", "emoji \U0001f600 ok"]
+    corpus = read_corpus(str(source))
+    kept, rejected = screen(corpus, [0, 1])
+    # each bad byte of an id is kept as \xNN: two ids differing only there stay two documents
+    assert kept.doc_id.tolist() == ["a", "c\\xff", "c\\xfe", "d"]
+    assert kept.text.tolist() == ["café, fine", "ok", "also ok", "emoji \U0001f600 ok"]
+    assert len(corpus) == len(kept) + len(rejected)
     assert rejected.doc_id.tolist() == ["b"] and "not valid UTF-8" in rejected.reason[0]
 
 
@@ -80,14 +107,14 @@ def corpus_csv(tmp_path):
     return source
 
 
-def test_job_level_problems_are_one_sentence_and_exit_2(tmp_path, tiny_bert_dir, corpus_csv, capsys,
-                                                       monkeypatch):
+def test_job_level_problems_are_one_sentence_and_exit_2(tmp_path, tiny_bert_dir, corpus_csv, capsys, monkeypatch):
     from transformers import GPT2Config, ResNetConfig
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     good = tmp_path / "good.parquet"
-    pd.DataFrame({"id": [str(i) for i in range(200)], "text": ["the film was good"] * 200,
-                  "label": [0, 1] * 100}).to_parquet(good)
+    pd.DataFrame(
+        {"id": [str(i) for i in range(200)], "text": ["the film was good"] * 200, "label": [0, 1] * 100}
+    ).to_parquet(good)
     truncated = tmp_path / "truncated.parquet"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     corrupt = tmp_path / "corrupt.parquet"
@@ -96,8 +123,9 @@ def test_job_level_problems_are_one_sentence_and_exit_2(tmp_path, tiny_bert_dir,
     ResNetConfig().save_pretrained(tmp_path / "resnet")
     remote = tmp_path / "remote"
     remote.mkdir()
-    (remote / "config.json").write_text(json.dumps({
-        "model_type": "bert", "auto_map": {"AutoModelForSequenceClassification": "modeling_evil.Evil"}}))
+    (remote / "config.json").write_text(
+        json.dumps({"model_type": "bert", "auto_map": {"AutoModelForSequenceClassification": "modeling_evil.Evil"}})
+    )
     base = ["run", "--store", str(tmp_path / "store"), "--model", tiny_bert_dir]
     cases = [
         (["--data", str(truncated)], "truncated.parquet' cannot be read"),
@@ -123,8 +151,24 @@ def test_the_command_line_prints_no_traceback(tmp_path):
     corrupt = tmp_path / "corrupt.parquet"
     corrupt.write_bytes(b"PAR1" + os.urandom(100))
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "xai_ray.cli", "run", "--data", str(corrupt), "--model", "minilm",
-                           "--store", str(tmp_path / "s")], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xai_ray.cli",
+            "run",
+            "--data",
+            str(corrupt),
+            "--model",
+            "minilm",
+            "--store",
+            str(tmp_path / "s"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("xai-ray: ") and "cannot be read" in lines[-1]
@@ -137,7 +181,7 @@ def test_the_command_line_prints_no_traceback(tmp_path):
 def test_pickled_weights_load_only_with_the_flag(tmp_path):
     from conftest import build_tiny_model
 
-    from xai_ray.model import ModelError, describe_model, load_model
+    from xai_ray.model.loading import ModelError, describe_model, load_model
 
     model, tokenizer = build_tiny_model("bert")
     folder = tmp_path / "pickled"
@@ -164,7 +208,7 @@ def small_store(tmp_path_factory, scorer_factory):
     store = tmp_path_factory.mktemp("sandbox")
     writer = RunWriter(store, "r", METHODS)
     for first in range(0, 8, 2):
-        writer.write(scorer_rows(scorer, TEXTS[first:first + 2], first=first))
+        writer.write(scorer_rows(scorer, TEXTS[first : first + 2], first=first))
     writer.publish({"created_at": "x"})
     return store
 
@@ -211,10 +255,37 @@ def test_sql_refuses_every_way_out_of_the_store(small_store, tmp_path, capsys):
 
 # Control characters, emoji (with skin tones and ZWJ sequences), combining marks, right-to-left
 # scripts, zero-width and format characters, mixed with words the tiny vocabularies know.
-HOSTILE_PIECES = ["\x00", "\x07", "\x1b[31m", "\r\n", "\t", "\u0085", "\u2028", "\U0001f600", "\U0001f44d\U0001f3fd",
-                  "\U0001f468\u200d\U0001f469\u200d\U0001f467", "e\u0301", "\u0303\u0303", "\u05e9\u05dc\u05d5\u05dd",
-                  "\u0645\u0631\u062d\u0628\u0627", "\u202e", "\u200b", "\u200d", "\ufeff", "\u2060", "<br />",
-                  "<script>alert(1)</script>", "film", "good", "the", "bad", " ", "!!!", "\ufffd", "\U00010000"]
+HOSTILE_PIECES = [
+    "\x00",
+    "\x07",
+    "\x1b[31m",
+    "\r\n",
+    "\t",
+    "\u0085",
+    "\u2028",
+    "\U0001f600",
+    "\U0001f44d\U0001f3fd",
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+    "e\u0301",
+    "\u0303\u0303",
+    "\u05e9\u05dc\u05d5\u05dd",
+    "\u0645\u0631\u062d\u0628\u0627",
+    "\u202e",
+    "\u200b",
+    "\u200d",
+    "\ufeff",
+    "\u2060",
+    "<br />",
+    "<script>alert(1)</script>",
+    "film",
+    "good",
+    "the",
+    "bad",
+    " ",
+    "!!!",
+    "\ufffd",
+    "\U00010000",
+]
 
 
 def _texts():
@@ -228,15 +299,16 @@ def _texts():
 def test_generated_hostile_texts_score_finite_and_sum_to_one(family, scorer_factory):
     from hypothesis import HealthCheck, given, settings
 
-    from xai_ray.screening import text_problem
+    from xai_ray.data.screening import text_problem
 
     scorer = scorer_factory(family)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
     @given(_texts())
     def check(texts):
-        rows = scorer({"doc_id": [f"g{i}" for i in range(len(texts))], "text": texts,
-                       "label": [0] * len(texts)}).to_pylist()
+        rows = scorer(
+            {"doc_id": [f"g{i}" for i in range(len(texts))], "text": texts, "label": [0] * len(texts)}
+        ).to_pylist()
         assert sorted(r["doc_id"] for r in rows) == sorted(f"g{i}" for i in range(len(texts)))
         for row in rows:
             text = texts[int(row["doc_id"][1:])]
@@ -278,8 +350,10 @@ def test_rerunning_a_run_id_with_other_settings_is_one_sentence(tmp_path, tiny_b
     writer.commit()
     writer.abort(keep_parts=True)  # as a killed run leaves it
     argv = ["run", "--data", str(data), "--model", tiny_bert_dir, "--store", str(tmp_path / "s"), "--run-id", "x"]
-    for extra, changed in ((["--max-length", "16"], "(max_length)"), (["--max-length", "32", "--methods", "raw"],
-                                                                       "(methods)")):
+    for extra, changed in (
+        (["--max-length", "16"], "(max_length)"),
+        (["--max-length", "32", "--methods", "raw"], "(methods)"),
+    ):
         status = cli.main(argv + extra)
         err = capsys.readouterr().err
         assert status == 2 and f"was started with other settings {changed}" in err and "Traceback" not in err

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from xai_ray import charts
-from xai_ray import store as layout
-from xai_ray.query import open_store, run_named
+from xai_ray.query.connection import open_store, run_named
+from xai_ray.report import charts
+from xai_ray.store import layout, schemas
 
 LABELS = {0: "negative", 1: "positive"}
 
@@ -26,22 +27,58 @@ def write_run(root: Path, run_id: str, docs: list[dict], words: dict, created_at
     n_tokens, text) and ``words[(method, layer)] = [(doc_id, word_id, word, score), ...]``."""
     run = layout.run_dir(root, run_id)
     (run / "docs").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([{
-        "doc_id": d["doc_id"], "label": d.get("label"), "pred": d["pred"], "prob_pos": d.get("prob_pos", 0.5),
-        "probs": [1 - d.get("prob_pos", 0.5), d.get("prob_pos", 0.5)], "n_tokens": d.get("n_tokens", 30),
-        "n_words": d.get("n_words", 3), "truncated": False, "text": d.get("text", "")} for d in docs],
-        schema=layout.DOCS), run / "docs" / "part-0.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(
+            [
+                {
+                    "doc_id": d["doc_id"],
+                    "label": d.get("label"),
+                    "pred": d["pred"],
+                    "prob_pos": d.get("prob_pos", 0.5),
+                    "probs": [1 - d.get("prob_pos", 0.5), d.get("prob_pos", 0.5)],
+                    "n_tokens": d.get("n_tokens", 30),
+                    "n_words": d.get("n_words", 3),
+                    "truncated": False,
+                    "text": d.get("text", ""),
+                }
+                for d in docs
+            ],
+            schema=schemas.DOCS,
+        ),
+        run / "docs" / "part-0.parquet",
+    )
     for (method, layer), rows in words.items():
         folder = run / "words" / f"method={method}" / f"layer={layer}"
         folder.mkdir(parents=True)
-        pq.write_table(pa.Table.from_pylist([
-            {"doc_id": d, "word_id": i, "word": w, "score": s, "raw_score": s} for d, i, w, s in rows],
-            schema=layout.WORDS), folder / "part-0.parquet")
+        length = {d: sum(1 for r in rows if r[0] == d) for d, *_ in rows}  # words of each document, as the writer
+        pq.write_table(
+            pa.Table.from_pylist(
+                [
+                    {
+                        "doc_id": d,
+                        "word_id": i,
+                        "word": w,
+                        "score": s,
+                        "raw_score": s,
+                        "lift": s * length[d],
+                        "span_id": i,
+                        "joined": w,
+                    }
+                    for d, i, w, s in rows
+                ],
+                schema=schemas.WORDS,
+            ),
+            folder / "part-0.parquet",
+        )
     methods = sorted({method for method, _ in words})
     layers = max(layer for _, layer in words)
-    manifest = {"run_id": run_id, "created_at": created_at, "config": {"methods": methods, "model": "tiny"},
-                "model": {"n_layers": layers, "labels": {str(k): v for k, v in LABELS.items()}},
-                "timings": {"total_s": 1.5}}
+    manifest = {
+        "run_id": run_id,
+        "created_at": created_at,
+        "config": {"methods": methods, "model": "tiny"},
+        "model": {"n_layers": layers, "labels": {str(k): v for k, v in LABELS.items()}},
+        "timings": {"total_s": 1.5},
+    }
     (run / "manifest.json").write_text(json.dumps(manifest))
 
 
@@ -55,75 +92,143 @@ DOCS = [
     {"doc_id": "d5", "label": 1, "pred": 1, "prob_pos": 0.99, "n_tokens": 50, "text": "great"},
     {"doc_id": "d6", "label": None, "pred": 0, "prob_pos": 0.3, "n_tokens": 50, "text": "fine"},
 ]
-WORDS_OF = {"d1": ["Good", "film", "good"], "d2": ["bad", "film", "good"], "d3": ["good", "film"],
-            "d4": ["meh", "dull", "plot", "ok"], "d6": ["fine"]}
+WORDS_OF = {
+    "d1": ["Good", "film", "good"],
+    "d2": ["bad", "film", "good"],
+    "d3": ["good", "film"],
+    "d4": ["meh", "dull", "plot", "ok"],
+    "d6": ["fine"],
+}
 SCORES = {
-    ("raw", 1): {"d1": [.5, .3, .2], "d2": [.4, .2, .4], "d3": [.1, .9], "d4": [.25] * 4, "d6": [1.0]},
-    ("raw", 2): {"d1": [.9, .05, .05], "d2": [.5, .2, .3], "d3": [.7, .3], "d4": [.1, .3, .3, .5], "d6": [1.0]},
-    ("rollout", 2): {"d1": [.6, .3, .1], "d2": [.1, .2, .7], "d3": [.4, .6], "d4": [.1, .2, .3, .4], "d6": [1.0]},
+    ("raw", 1): {"d1": [0.5, 0.3, 0.2], "d2": [0.4, 0.2, 0.4], "d3": [0.1, 0.9], "d4": [0.25] * 4, "d6": [1.0]},
+    ("raw", 2): {
+        "d1": [0.9, 0.05, 0.05],
+        "d2": [0.5, 0.2, 0.3],
+        "d3": [0.7, 0.3],
+        "d4": [0.1, 0.3, 0.3, 0.5],
+        "d6": [1.0],
+    },
+    ("rollout", 2): {
+        "d1": [0.6, 0.3, 0.1],
+        "d2": [0.1, 0.2, 0.7],
+        "d3": [0.4, 0.6],
+        "d4": [0.1, 0.2, 0.3, 0.4],
+        "d6": [1.0],
+    },
 }
 
 
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tiny-store")
-    words = {key: [(doc, i, WORDS_OF[doc][i], s) for doc, scores in per_doc.items() for i, s in enumerate(scores)]
-             for key, per_doc in SCORES.items()}
+    words = {
+        key: [(doc, i, WORDS_OF[doc][i], s) for doc, scores in per_doc.items() for i, s in enumerate(scores)]
+        for key, per_doc in SCORES.items()
+    }
     write_run(root, "r1", DOCS, words)
     # Another run with the same doc ids: every query must keep to its own run.
-    write_run(root, "r2", [{"doc_id": "d1", "label": 0, "pred": 0}],
-              {("raw", 1): [("d1", 0, "film", 1.0), ("d1", 1, "film", 1.0), ("d1", 2, "bad", 1.0)],
-               ("raw", 2): [("d1", 0, "film", 1.0)], ("rollout", 2): [("d1", 0, "film", 1.0)]},
-              created_at="2026-01-02T00:00:00")
+    write_run(
+        root,
+        "r2",
+        [{"doc_id": "d1", "label": 0, "pred": 0}],
+        {
+            ("raw", 1): [("d1", 0, "film", 1.0), ("d1", 1, "film", 1.0), ("d1", 2, "bad", 1.0)],
+            ("raw", 2): [("d1", 0, "film", 1.0)],
+            ("rollout", 2): [("d1", 0, "film", 1.0)],
+        },
+        created_at="2026-01-02T00:00:00",
+    )
     return root
 
 
 def rows(frame: pd.DataFrame, columns: list[str]) -> list[tuple]:
-    return [tuple(round(v, 6) if isinstance(v, float) else v for v in row)
-            for row in frame[columns].itertuples(index=False)]
+    return [
+        tuple(round(v, 6) if isinstance(v, float) else v for v in row) for row in frame[columns].itertuples(index=False)
+    ]
 
 
 # --------------------------------------------------------------------------- SQL
 
 
+# The top-k queries' word parameters (wordstats.query_params) with the share statistic, whose values
+# are easy to work by hand; lift is share x words in the document (d1, d2: 3 words, d3: 2).
+SHARE = {"stat": "share", "min_count": 1, "exclude_punct": False, "stopwords": []}
+
+
 def test_topk_all_ranks_every_method_layer_and_class_slice(tiny_store):
-    got = run_named(open_store(tiny_store), "report_topk_all", run_id="r1", min_count=2, k=2)
+    got = run_named(open_store(tiny_store), "report_topk_all", run_id="r1", min_docs=2, k=2, **SHARE)
     columns = ["method", "layer", "group", "rank", "word", "mean_score", "occurrences", "documents"]
-    # 'bad' and d4's, d6's words occur once (below min_count); no word occurs twice among predicted-negative
-    # reviews, so class '0' has no rows. 'Good' and 'good' are one word.
+    # Per document first: d1's 'Good' and 'good' are one word, their mean one value (raw 1: (.5 + .2) / 2).
+    # No word is in two predicted-negative reviews (d2, d4, d6), so class '0' has no rows.
     assert rows(got, columns) == [
-        ("raw", 1, "1", 1, "film", 0.6, 2, 2), ("raw", 1, "1", 2, "good", round(0.8 / 3, 6), 3, 2),
-        ("raw", 1, "all", 1, "film", round(1.4 / 3, 6), 3, 3), ("raw", 1, "all", 2, "good", 0.3, 4, 3),
-        ("raw", 2, "1", 1, "good", 0.55, 3, 2), ("raw", 2, "1", 2, "film", 0.175, 2, 2),
-        ("raw", 2, "all", 1, "good", 0.4875, 4, 3), ("raw", 2, "all", 2, "film", round(0.55 / 3, 6), 3, 3),
-        ("rollout", 2, "1", 1, "film", 0.45, 2, 2), ("rollout", 2, "1", 2, "good", round(1.1 / 3, 6), 3, 2),
-        ("rollout", 2, "all", 1, "good", 0.45, 4, 3), ("rollout", 2, "all", 2, "film", round(1.1 / 3, 6), 3, 3),
+        ("raw", 1, "1", 1, "film", 0.6, 2, 2),
+        ("raw", 1, "1", 2, "good", 0.225, 3, 2),
+        ("raw", 1, "all", 1, "film", round(1.4 / 3, 6), 3, 3),
+        ("raw", 1, "all", 2, "good", round(0.85 / 3, 6), 4, 3),
+        ("raw", 2, "1", 1, "good", 0.5875, 3, 2),
+        ("raw", 2, "1", 2, "film", 0.175, 2, 2),
+        ("raw", 2, "all", 1, "good", round(1.475 / 3, 6), 4, 3),
+        ("raw", 2, "all", 2, "film", round(0.55 / 3, 6), 3, 3),
+        ("rollout", 2, "1", 1, "film", 0.45, 2, 2),
+        ("rollout", 2, "1", 2, "good", 0.375, 3, 2),
+        ("rollout", 2, "all", 1, "good", round(1.45 / 3, 6), 4, 3),
+        ("rollout", 2, "all", 2, "film", round(1.1 / 3, 6), 3, 3),
     ]
-    top1 = run_named(open_store(tiny_store), "report_topk_all", run_id="r1", min_count=2, k=1)
+    film = got[(got.method == "raw") & (got.layer == 1) & (got.group == "all") & (got.word == "film")]
+    assert film.sd.iloc[0] == pytest.approx(np.std([0.3, 0.2, 0.9], ddof=1), rel=1e-5)  # over documents d1, d2, d3
+    top1 = run_named(open_store(tiny_store), "report_topk_all", run_id="r1", min_docs=2, k=1, **SHARE)
     assert rows(top1, ["method", "layer", "group", "word"]) == [
-        ("raw", 1, "1", "film"), ("raw", 1, "all", "film"), ("raw", 2, "1", "good"), ("raw", 2, "all", "good"),
-        ("rollout", 2, "1", "film"), ("rollout", 2, "all", "good")]
+        ("raw", 1, "1", "film"),
+        ("raw", 1, "all", "film"),
+        ("raw", 2, "1", "good"),
+        ("raw", 2, "all", "good"),
+        ("rollout", 2, "1", "film"),
+        ("rollout", 2, "all", "good"),
+    ]
+    # lift: film in d1, d2, d3 at raw 1 is .3 x 3, .2 x 3, .9 x 2
+    lifted = run_named(
+        open_store(tiny_store), "report_topk_all", run_id="r1", min_docs=3, k=1, **{**SHARE, "stat": "lift"}
+    )
+    assert rows(lifted[(lifted.method == "raw") & (lifted.layer == 1)], ["word", "mean_score"]) == [
+        ("film", round((0.9 + 0.6 + 1.8) / 3, 6))
+    ]
 
 
-def test_topk_all_agrees_with_the_topk_query(tiny_store):
+@pytest.mark.parametrize("stat", ["share", "lift"])
+def test_topk_all_agrees_with_the_topk_query(tiny_store, stat):
     con = open_store(tiny_store)
-    every = run_named(con, "report_topk_all", run_id="r1", min_count=1, k=5)
-    one = run_named(con, "topk", run_id="r1", method="raw", layer=1, min_count=1, k=5)
+    params = {**SHARE, "stat": stat, "min_docs": 1}
+    every = run_named(con, "report_topk_all", run_id="r1", k=5, **params)
+    one = run_named(con, "topk", run_id="r1", method="raw", layer=1, k=5, **params)
     mine = every[(every.method == "raw") & (every.layer == 1) & (every.group == "all")]
-    assert rows(mine, ["word", "mean_score", "occurrences", "documents"]) == \
-        rows(one, ["word", "mean_score", "occurrences", "documents"])
+    columns = ["word", "mean_score", "sd", "occurrences", "documents"]
+    assert len(one) == 5 and one.sd.isna().sum() == (one.documents == 1).sum() >= 3  # one document: no spread
+    assert rows(mine.fillna(-1), columns) == rows(one.fillna(-1), columns)
 
 
 def test_contrast_takes_the_gap_between_predicted_classes(tiny_store):
     con = open_store(tiny_store)
-    got = run_named(con, "report_contrast", run_id="r1", method="raw", layer=1, min_count=1, k=5)
-    # positive (d1, d3): film .3 .9, good .5 .2 .1; negative (d2, d4): film .2, good .4, bad, meh
-    assert rows(got, ["side", "rank", "word", "difference", "mean_pos", "mean_neg", "occurrences_pos",
-                      "occurrences_neg"]) == [
-        ("positive", 1, "film", 0.4, 0.6, 0.2, 2, 1),
-        ("negative", 1, "good", round(0.8 / 3 - 0.4, 6), round(0.8 / 3, 6), 0.4, 3, 1),
+    got = run_named(con, "report_contrast", run_id="r1", method="raw", layer=1, min_docs=1, k=5, **SHARE)
+    # positive (d1, d3): film .3, .9; good (.5 + .2) / 2 in d1, .1 in d3. negative (d2, d4, d6): film .2, good .4
+    assert rows(
+        got,
+        [
+            "side",
+            "rank",
+            "word",
+            "difference",
+            "mean_pos",
+            "mean_neg",
+            "occurrences_pos",
+            "occurrences_neg",
+            "documents_pos",
+            "documents_neg",
+        ],
+    ) == [
+        ("positive", 1, "film", 0.4, 0.6, 0.2, 2, 1, 2, 1),
+        ("negative", 1, "good", round(0.225 - 0.4, 6), 0.225, 0.4, 3, 1, 2, 1),
     ]
-    assert run_named(con, "report_contrast", run_id="r1", method="raw", layer=1, min_count=2, k=5).empty
+    assert run_named(con, "report_contrast", run_id="r1", method="raw", layer=1, min_docs=2, k=5, **SHARE).empty
 
 
 def test_agreement_bins_spearman_per_document(tiny_store):
@@ -133,8 +238,10 @@ def test_agreement_bins_spearman_per_document(tiny_store):
     # d2: (3, 1, 2) vs (1, 2, 3): -0.5;  d3: (2, 1) vs (1, 2): -1;  d6: one word, no rho
     # d4: (1, 2.5, 2.5, 4) vs (1, 2, 3, 4): 4.5 / sqrt(4.5 * 5) = 0.949 (first ranks (1, 2, 2, 4): 0.923)
     assert rows(got, ["method_a", "method_b", "bin", "bin_lo", "bin_hi", "documents", "n_docs"]) == [
-        ("raw", "rollout", 0, -1.0, -0.6, 1, 4), ("raw", "rollout", 1, -0.6, -0.2, 1, 4),
-        ("raw", "rollout", 4, 0.6, 1.0, 2, 4)]
+        ("raw", "rollout", 0, -1.0, -0.6, 1, 4),
+        ("raw", "rollout", 1, -0.6, -0.2, 1, 4),
+        ("raw", "rollout", 4, 0.6, 1.0, 2, 4),
+    ]
     rho_d1, rho_d4 = 1.5 / (1.5 * 2) ** 0.5, 4.5 / (4.5 * 5) ** 0.5
     assert got.median_rho.iloc[0] == pytest.approx((-0.5 + rho_d1) / 2)
     assert got.q1_rho.iloc[0] == pytest.approx(-1 + 0.75 * 0.5)
@@ -150,7 +257,10 @@ def test_examples_pick_one_correct_and_one_wrong_per_label(tiny_store):
     shortest = run_named(con, "report_examples", run_id="r1", min_tokens=20, pick="shortest")
     # label 1: d1 (30 tokens) beats d5 (50); d4 (the only wrong one) is under 20 tokens
     assert rows(shortest, ["doc_id", "label", "pred", "correct", "text"]) == [
-        ("d1", 1, 1, True, "Good film, good"), ("d2", 0, 0, True, "bad film good"), ("d3", 0, 1, False, "good film")]
+        ("d1", 1, 1, True, "Good film, good"),
+        ("d2", 0, 0, True, "bad film good"),
+        ("d3", 0, 1, False, "good film"),
+    ]
     confident = run_named(con, "report_examples", run_id="r1", min_tokens=20, pick="confident")
     assert confident.doc_id.tolist() == ["d5", "d2", "d3"]
 
@@ -165,30 +275,48 @@ def encoding(spec: dict) -> dict:
 
 
 def fields(spec: dict) -> dict:
-    return {channel: (value.get("field"), value.get("type")) for channel, value in encoding(spec).items()
-            if isinstance(value, dict) and "field" in value}
+    return {
+        channel: (value.get("field"), value.get("type"))
+        for channel, value in encoding(spec).items()
+        if isinstance(value, dict) and "field" in value
+    }
 
 
 @pytest.fixture
 def top() -> pd.DataFrame:
-    return pd.DataFrame({
-        "method": ["raw", "raw", "rollout", "rollout", "rollout"], "layer": [2, 2, 2, 1, 2],
-        "group": ["all", "all", "all", "all", "positive"], "word": ["film", "good", "good", "film", "bad"],
-        "mean_score": [0.5, 0.3, 0.45, 0.2, 0.1], "occurrences": [3, 4, 4, 3, 2], "documents": [3, 3, 3, 2, 2]})
+    return pd.DataFrame(
+        {
+            "method": ["raw", "raw", "rollout", "rollout", "rollout"],
+            "layer": [2, 2, 2, 1, 2],
+            "group": ["all", "all", "all", "all", "positive"],
+            "word": ["film", "good", "good", "film", "bad"],
+            "mean_score": [0.5, 0.3, 0.45, 0.2, 0.1],
+            "occurrences": [3, 4, 4, 3, 2],
+            "documents": [3, 3, 3, 2, 2],
+            "ci_low": [0.4, 0.1, 0.3, 0.0, 0.05],
+            "ci_high": [0.6, 0.5, 0.6, 0.4, 0.15],
+        }
+    )
 
 
 def test_topk_bar_keeps_the_headline_title_and_order(top):
     spec = charts.topk_bar(top[top.method == "raw"], "Top 2 important words", ["Overall accuracy: 50%"]).to_dict()
     assert spec["title"]["text"] == "Top 2 important words" and spec["title"]["subtitle"] == ["Overall accuracy: 50%"]
-    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["bar", "text"]
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["bar", "rule", "text"]
     assert fields(spec)["y"] == ("word", "nominal") and fields(spec)["x"] == ("mean_score", "quantitative")
     assert encoding(spec)["y"]["sort"] == ["film", "good"]
+    errors = spec["layer"][1]["encoding"]  # the 95% interval of each bar
+    assert errors["x"]["field"] == "ci_low" and errors["x2"]["field"] == "ci_high"
 
 
 def test_topk_facets_one_panel_per_value(top):
-    spec = charts.topk_facets(top, "method", "per method").to_dict()
-    assert spec["facet"]["column"]["field"] == "method" and spec["resolve"]["scale"]["y"] == "independent"
-    assert fields(spec)["x"] == ("mean_score", "quantitative") and spec["spec"]["mark"]["type"] == "bar"
+    spec = charts.topk_facets(top[top.group == "all"], "method", "per method").to_dict()
+    assert spec["title"] == "per method" and [panel["title"] for panel in spec["hconcat"]] == ["raw", "rollout"]
+    raw = spec["hconcat"][0]
+    assert [layer["mark"]["type"] for layer in raw["layer"]] == ["bar", "rule"]
+    assert fields(raw)["x"] == ("mean_score", "quantitative") and encoding(raw)["y"]["sort"] == ["film", "good"]
+    errors = raw["layer"][1]["encoding"]  # each bar's 95% interval
+    assert errors["x"]["field"] == "ci_low" and errors["x2"]["field"] == "ci_high"
 
 
 def test_topk_explorer_has_controls_and_a_readable_default(top):
@@ -207,15 +335,24 @@ def test_topk_explorer_has_controls_and_a_readable_default(top):
     assert all(name in condition for name in ("pick_method", "pick_layer", "pick_class", "pick_min"))
     assert "pick_method" in spec["title"]["text"]["expr"]
     assert encoding(spec)["y"]["sort"] == {"field": "mean_score", "op": "max", "order": "descending"}
-    assert spec["layer"][1]["encoding"]["text"]["field"] == "label"  # mean score and occurrences
+    assert spec["layer"][1]["encoding"]["x2"]["field"] == "ci_high"  # error bars
+    assert spec["layer"][2]["encoding"]["text"]["field"] == "label"  # mean and documents
     vega = vl_convert.vegalite_to_vega(spec)  # compiles: the params resolve to Vega signals
     assert {"pick_method", "pick_layer", "pick_class", "pick_min"} <= {s["name"] for s in vega["signals"]}
 
 
 def test_contrast_bars_diverge_by_side():
-    frame = pd.DataFrame({"side": ["positive", "negative"], "word": ["great", "awful"], "difference": [0.2, -0.3],
-                          "mean_pos": [0.3, 0.1], "mean_neg": [0.1, 0.4], "occurrences_pos": [5, 6],
-                          "occurrences_neg": [4, 7]})
+    frame = pd.DataFrame(
+        {
+            "side": ["positive", "negative"],
+            "word": ["great", "awful"],
+            "difference": [0.2, -0.3],
+            "mean_pos": [0.3, 0.1],
+            "mean_neg": [0.1, 0.4],
+            "occurrences_pos": [5, 6],
+            "occurrences_neg": [4, 7],
+        }
+    )
     spec = charts.contrast_bars(frame, "positive", "negative", "contrast").to_dict()
     assert spec["mark"]["type"] == "bar" and fields(spec)["x"] == ("difference", "quantitative")
     assert encoding(spec)["y"]["sort"] == ["great", "awful"]
@@ -224,8 +361,15 @@ def test_contrast_bars_diverge_by_side():
 
 
 def test_agreement_histogram_is_prebinned_per_pair():
-    frame = pd.DataFrame({"pair": ["raw vs rollout"] * 2, "bin_lo": [-1.0, 0.0], "bin_hi": [0.0, 1.0],
-                          "documents": [3, 5], "median_rho": [0.2, 0.2]})
+    frame = pd.DataFrame(
+        {
+            "pair": ["raw vs rollout"] * 2,
+            "bin_lo": [-1.0, 0.0],
+            "bin_hi": [0.0, 1.0],
+            "documents": [3, 5],
+            "median_rho": [0.2, 0.2],
+        }
+    )
     spec = charts.agreement_histogram(frame, "agreement").to_dict()
     assert spec["facet"]["column"]["field"] == "pair"
     bars, median = spec["spec"]["layer"]
@@ -235,8 +379,15 @@ def test_agreement_histogram_is_prebinned_per_pair():
 
 
 def test_layer_heatmap_and_curves_facet_by_method():
-    words = pd.DataFrame({"method": ["raw", "raw", "rollout", "rollout"], "layer": [1, 2, 1, 2],
-                          "word_id": [0, 0, 0, 0], "word": ["film"] * 4, "score": [0.1, 0.2, 0.3, 0.4]})
+    words = pd.DataFrame(
+        {
+            "method": ["raw", "raw", "rollout", "rollout"],
+            "layer": [1, 2, 1, 2],
+            "word_id": [0, 0, 0, 0],
+            "word": ["film"] * 4,
+            "score": [0.1, 0.2, 0.3, 0.4],
+        }
+    )
     heat = charts.layer_heatmap(words, "heat").to_dict()
     assert heat["spec"]["mark"]["type"] == "rect" and heat["facet"]["row"]["field"] == "method"
     assert fields(heat)["y"] == ("layer", "ordinal") and fields(heat)["color"] == ("score", "quantitative")

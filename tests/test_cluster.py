@@ -24,8 +24,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from xai_ray.query import open_store
-from xai_ray.submit import EXCLUDES, entrypoint
+from xai_ray.ops.submit import EXCLUDES, entrypoint
+from xai_ray.query.connection import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = yaml.safe_load((ROOT / "cluster.yaml").read_text())
@@ -81,7 +81,8 @@ def test_cluster_yaml_installs_this_project_with_the_clients_ray():
 
 def test_entrypoint_is_what_ray_job_submit_runs():
     assert entrypoint("nightly", "jobs/nightly.yaml", ["store=s3://b/x", "limit=3"], "2026-01-02") == (
-        "python -m jobs.nightly --config jobs/nightly.yaml --set store=s3://b/x --set limit=3 --date 2026-01-02")
+        "python -m jobs.nightly --config jobs/nightly.yaml --set store=s3://b/x --set limit=3 --date 2026-01-02"
+    )
 
 
 def _free_port() -> int:
@@ -103,9 +104,25 @@ def head(tmp_path_factory):
     # this interpreter's `ray`, and its `python` for the jobs' entrypoints, even when not on PATH
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     dashboard = _free_port()
-    start = ["ray", "start", "--head", "--block", "--dashboard-host", "127.0.0.1", "--port", str(_free_port()),
-             "--dashboard-port", str(dashboard), "--ray-client-server-port", str(_free_port()), "--num-cpus", "2",
-             "--temp-dir", str(temp), "--disable-usage-stats"]
+    start = [
+        "ray",
+        "start",
+        "--head",
+        "--block",
+        "--dashboard-host",
+        "127.0.0.1",
+        "--port",
+        str(_free_port()),
+        "--dashboard-port",
+        str(dashboard),
+        "--ray-client-server-port",
+        str(_free_port()),
+        "--num-cpus",
+        "2",
+        "--temp-dir",
+        str(temp),
+        "--disable-usage-stats",
+    ]
     log = open(temp / "start.log", "w")
     ray_head = subprocess.Popen(start, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"http://127.0.0.1:{dashboard}"
@@ -160,15 +177,32 @@ def job_inputs(tmp_path_factory, tiny_bert_dir):
     rng = np.random.default_rng(3)
     words = ["the", "film", "was", "good", "bad", "not", "very", "great", "plot", "boring", "story"]
     texts = [" ".join(rng.choice(words, size=8)) for _ in range(12)]
-    pd.DataFrame({"id": [f"j{i:02d}" for i in range(12)], "text": texts, "label": rng.integers(0, 2, 12)}
-                 ).to_parquet(folder / "corpus.parquet")
-    return {"sets": [f"data={folder / 'corpus.parquet'}", f"model={tiny_bert_dir}", "methods=raw,rollout",
-                     "max_length=32", "limit=null", "batch_size=4", "actors=1"], "store": folder / "store"}
+    pd.DataFrame({"id": [f"j{i:02d}" for i in range(12)], "text": texts, "label": rng.integers(0, 2, 12)}).to_parquet(
+        folder / "corpus.parquet"
+    )
+    return {
+        "sets": [
+            f"data={folder / 'corpus.parquet'}",
+            f"model={tiny_bert_dir}",
+            "methods=raw,rollout",
+            "max_length=32",
+            "limit=null",
+            "batch_size=4",
+            "actors=1",
+        ],
+        "store": folder / "store",
+    }
 
 
 def _submit(head, *args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "xai_ray.cli", "submit", *args, "--address", head["address"]],
-                          env=head["env"], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "xai_ray.cli", "submit", *args, "--address", head["address"]],
+        env=head["env"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -177,14 +211,38 @@ def test_ray_job_submit_runs_the_entrypoint_as_is(head, job_inputs):
     """`ray job submit --working-dir . -- python -m jobs.analyze --config ...`, then DuckDB over the store."""
     store = job_inputs["store"] / "a"
     sets = [w for item in [*job_inputs["sets"], f"store={store}", "run_id=via-ray-cli"] for w in ("--set", item)]
-    done = subprocess.run(["ray", "job", "submit", "--address", head["address"], "--working-dir", ".",
-                           "--runtime-env-json", json.dumps({"excludes": EXCLUDES}), "--",
-                           "python", "-m", "jobs.analyze", "--config", "jobs/imdb-offline.yaml", *sets],
-                          env=head["env"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            "ray",
+            "job",
+            "submit",
+            "--address",
+            head["address"],
+            "--working-dir",
+            ".",
+            "--runtime-env-json",
+            json.dumps({"excludes": EXCLUDES}),
+            "--",
+            "python",
+            "-m",
+            "jobs.analyze",
+            "--config",
+            "jobs/imdb-offline.yaml",
+            *sets,
+        ],
+        env=head["env"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "run via-ray-cli: 12 documents scored" in done.stdout
     con = open_store(store)
-    assert con.execute("select count(*), count(distinct doc_id) from docs where run_id = 'via-ray-cli'").fetchone() == (12, 12)
+    assert con.execute("select count(*), count(distinct doc_id) from docs where run_id = 'via-ray-cli'").fetchone() == (
+        12,
+        12,
+    )
     sums = con.execute("select sum(score) as s from words group by doc_id, method, layer").df()
     assert len(sums) == 12 * 2 * 2 and np.allclose(sums.s, 1.0, atol=1e-4)
 
@@ -209,8 +267,17 @@ def test_xai_ray_submit_streams_logs_and_exits_with_the_jobs_status(head, job_in
     assert f"job xai-ray-nightly-{night} was already submitted (SUCCEEDED): nothing submitted" in again.stdout
     assert "submitted nightly job" not in again.stdout
 
-    failing = _submit(head, "jobs/imdb-offline.yaml", "--kind", "analyze", *sets, "--set", "data=/nonexistent.parquet",
-                      "--set", f"store={store}")
+    failing = _submit(
+        head,
+        "jobs/imdb-offline.yaml",
+        "--kind",
+        "analyze",
+        *sets,
+        "--set",
+        "data=/nonexistent.parquet",
+        "--set",
+        f"store={store}",
+    )
     assert failing.returncode == 1, failing.stdout[-3000:]
     assert "data path '/nonexistent.parquet' does not exist" in failing.stdout
     assert re.search(r"job raysubmit_\w+: FAILED", failing.stdout)
@@ -232,6 +299,17 @@ def test_submit_refuses_outputs_that_would_vanish_with_the_job(tmp_path, capsys)
     assert cli.main(["submit", finetune, "--set", "out=models/x", "--address", "http://127.0.0.1:9"]) == 2
     assert "out 'models/x' must be an absolute path on the cluster" in capsys.readouterr().err
     # a cluster that is not there: one sentence, not a traceback
-    assert cli.main(["submit", str(ROOT / "jobs" / "imdb-offline.yaml"), "--set", "store=/tmp/s",
-                     "--address", f"http://127.0.0.1:{_free_port()}"]) == 2
+    assert (
+        cli.main(
+            [
+                "submit",
+                str(ROOT / "jobs" / "imdb-offline.yaml"),
+                "--set",
+                "store=/tmp/s",
+                "--address",
+                f"http://127.0.0.1:{_free_port()}",
+            ]
+        )
+        == 2
+    )
     assert "cannot reach the Ray Jobs API" in capsys.readouterr().err

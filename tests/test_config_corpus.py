@@ -10,8 +10,8 @@ import pytest
 
 from xai_ray import cli
 from xai_ray.config import ConfigError, resolve
-from xai_ray.corpus import CorpusError, clean_text, read_corpus
-from xai_ray.model import ModelError, load_model
+from xai_ray.data.corpus import CorpusError, clean_text, read_corpus
+from xai_ray.model.loading import ModelError, load_model
 
 ROWS = [
     {"id": "a", "text": "Great<br />film.", "label": 1},
@@ -23,11 +23,11 @@ ROWS = [
 def test_precedence_defaults_yaml_flags_set(tmp_path):
     config = tmp_path / "job.yaml"
     config.write_text("model: minilm\nmax_length: 128\nbatch_size: 8\nmethods: [raw]\n")
-    cfg = resolve(config, {"max_length": 64, "batch_size": None}, ["batch_size=4", "residual=add"])
+    cfg = resolve(config, {"max_length": 64, "batch_size": None}, ["batch_size=4", "residual=none"])
     assert cfg.model == "minilm"  # from YAML
     assert cfg.max_length == 64  # flag beats YAML
     assert cfg.batch_size == 4  # --set beats YAML; a None flag is "not given"
-    assert cfg.residual == "add" and cfg.methods == ("raw",)
+    assert cfg.residual == "none" and cfg.methods == ("raw",)
     assert cfg.split == "test"  # default
 
 
@@ -37,6 +37,7 @@ def test_precedence_defaults_yaml_flags_set(tmp_path):
         (["methods=raw,nope"], "unknown method 'nope'"),
         (["residul=add"], "did you mean 'residual'"),
         (["residual=twice"], "residual must be one of"),
+        (["residual=add"], "equals residual=half"),
         (["discard_ratio=1.5"], "discard_ratio must be in [0, 1)"),
         (["max_length=2"], "max_length"),
         (["run_id=../escape"], "run_id"),
@@ -77,8 +78,12 @@ def test_readers_give_the_same_rows(tmp_path, kind):
 
 
 def _aclimdb_files():
-    return {"aclImdb/train/pos/7_9.txt": "Loved it<br />truly", "aclImdb/train/neg/3_2.txt": "Hated it",
-            "aclImdb/test/pos/1_8.txt": "Other split", "aclImdb/train/unsup/5_0.txt": "No label"}
+    return {
+        "aclImdb/train/pos/7_9.txt": "Loved it<br />truly",
+        "aclImdb/train/neg/3_2.txt": "Hated it",
+        "aclImdb/test/pos/1_8.txt": "Other split",
+        "aclImdb/train/unsup/5_0.txt": "No label",
+    }
 
 
 def test_aclimdb_folder_and_tarball(tmp_path):
@@ -102,8 +107,9 @@ def test_aclimdb_folder_and_tarball(tmp_path):
 
 def test_limit_is_a_seeded_sample_in_source_order(tmp_path):
     source = tmp_path / "c.parquet"
-    pd.DataFrame({"id": [f"d{i:03d}" for i in range(100)], "text": ["t"] * 100, "label": [0] * 50 + [1] * 50}
-                 ).to_parquet(source)
+    pd.DataFrame(
+        {"id": [f"d{i:03d}" for i in range(100)], "text": ["t"] * 100, "label": [0] * 50 + [1] * 50}
+    ).to_parquet(source)
     first = read_corpus(str(source), limit=10, seed=3)
     assert first.doc_id.tolist() == read_corpus(str(source), limit=10, seed=3).doc_id.tolist()
     assert first.doc_id.tolist() == sorted(first.doc_id)
@@ -152,7 +158,8 @@ def test_decoder_and_pickle_only_models_are_refused(tmp_path):
     from transformers import BertConfig
 
     BertConfig(num_hidden_layers=1, num_attention_heads=1, hidden_size=8, intermediate_size=8).save_pretrained(
-        tmp_path / "bert")
+        tmp_path / "bert"
+    )
     (tmp_path / "bert" / "pytorch_model.bin").write_bytes(b"")
     with pytest.raises(ModelError, match="no .safetensors weights"):
         load_model(str(tmp_path / "bert"))

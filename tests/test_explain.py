@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from xai_ray import cli, explain, pipeline
+from xai_ray import cli, pipeline
 from xai_ray.config import resolve
-from xai_ray.model import load_model
-from xai_ray.scoring import Scorer
+from xai_ray.model.loading import load_model
+from xai_ray.report import explain
+from xai_ray.scoring.actor import Scorer
 from xai_ray.words import merge_attention
 
 HOSTILE = "<script>document.title='PWNED'</script> the film was <img src=x onerror=\"document.title='PWNED'\"> unbelievable, good!"
@@ -32,7 +33,7 @@ def page_data(page: str) -> dict:
 
 def decoded(b64: str, shape) -> np.ndarray:
     raw = np.frombuffer(base64.b64decode(b64), dtype="<u2").astype(np.float64) / 65535
-    return (raw ** 2).reshape(shape)
+    return (raw**2).reshape(shape)
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +102,14 @@ def test_page_is_self_contained_and_escapes_the_review(page_file):
 @pytest.fixture(scope="module")
 def tiny_store(tiny_model_factory, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("explain-store")
-    cfg = resolve(None, {"model": tiny_model_factory(FAMILY), "max_length": 24, "store": str(root / "store"),
-                         "methods": "raw,rollout"})
+    cfg = resolve(
+        None,
+        {"model": tiny_model_factory(FAMILY), "max_length": 24, "store": str(root / "store"), "methods": "raw,rollout"},
+    )
     texts = ["the film was good", HOSTILE, "a bad movie, very boring"]
-    rows = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})({"doc_id": ["a", "b<i>", "c"], "text": texts,
-                                                         "label": [1, 0, 0]})
+    rows = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})(
+        {"doc_id": ["a", "b<i>", "c"], "text": texts, "label": [1, 0, 0]}
+    )
     pipeline.write([rows], cfg, "r1", n_input=3)
     return Path(cfg.store)
 
@@ -121,17 +125,24 @@ def test_cli_explains_a_stored_review_as_its_run_scored_it(tiny_store, tmp_path,
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["explain", "--out", "x.html"], "exactly one of them"),
-    (["explain", "some text", "--out", "x.html"], "needs --model"),
-    (["explain", "--doc-id", "a", "--out", "x.html"], "needs --store"),
-    (["explain", "--store", "STORE", "--doc-id", "zzz", "--out", "x.html"], "no document 'zzz' in run 'r1'"),
-    (["explain", "   ", "--model", "MODEL", "--out", "x.html"], "empty"),
-    (["explain", "text", "--model", "MODEL", "--methods", "raw,nope", "--out", "x.html"], "unknown method"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["explain", "--out", "x.html"], "exactly one of them"),
+        (["explain", "some text", "--out", "x.html"], "needs --model"),
+        (["explain", "--doc-id", "a", "--out", "x.html"], "needs --store"),
+        (["explain", "--store", "STORE", "--doc-id", "zzz", "--out", "x.html"], "no document 'zzz' in run 'r1'"),
+        (["explain", "   ", "--model", "MODEL", "--out", "x.html"], "empty"),
+        (["explain", "text", "--model", "MODEL", "--methods", "raw,nope", "--out", "x.html"], "unknown method"),
+    ],
+)
 def test_cli_mistakes_are_one_sentence(tiny_store, tiny_model_factory, tmp_path, capsys, argv, message):
-    argv = [a.replace("STORE", str(tiny_store)).replace("MODEL", tiny_model_factory(FAMILY))
-            .replace("x.html", str(tmp_path / "x.html")) for a in argv]
+    argv = [
+        a.replace("STORE", str(tiny_store))
+        .replace("MODEL", tiny_model_factory(FAMILY))
+        .replace("x.html", str(tmp_path / "x.html"))
+        for a in argv
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("xai-ray: ") and message in err and "Traceback" not in err
@@ -160,6 +171,9 @@ def test_page_renders_in_headless_chromium(page_file, tmp_path, chromium):
     spans = re.findall(r"<span[^>]*>(.*?)</span>", strip)
     assert spans[0] == "[CLS]" and "&lt;" in spans and "script" in spans and "img" in spans  # as text
     events = json.loads(net_log.read_text()).get("events", [])
-    requests = [e["params"]["url"] for e in events
-                if "file://" in str(e.get("params", {}).get("network_isolation_key", "")) and "url" in e["params"]]
+    requests = [
+        e["params"]["url"]
+        for e in events
+        if "file://" in str(e.get("params", {}).get("network_isolation_key", "")) and "url" in e["params"]
+    ]
     assert [u for u in requests if not u.startswith("file:")] == []

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from conftest import build_wordpiece_tokenizer
 
-from xai_ray import faithfulness as fm
 from xai_ray.config import ConfigError, resolve
-from xai_ray.report import load_definition
-from xai_ray.scoring import Scorer
+from xai_ray.report.page import load_definition
+from xai_ray.scoring import faithfulness as fm
+from xai_ray.scoring.actor import Scorer
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 HEADLINE = ["comprehensiveness_aopc", "sufficiency_aopc", "spearman_loo", "spearman_grad"]
@@ -49,8 +49,9 @@ def test_metrics_by_hand_on_a_toy_predict_function():
     special = np.array([True, False, False, False, False, True])
     scores = np.array([9.0, 0.4, 0.3, 0.1, 0.2, 9.0])  # ranks a > b > d > c; specials never ranked
     gradient = np.array([0.0, 4.0, 3.0, 1.0, 2.0, 0.0])  # same order: rho 1
-    rows = fm.evaluate_document(ids, special, [("m", 3, scores)], gradient, toy_predict, mask_id=0,
-                                fractions=(0.25, 0.5))
+    rows = fm.evaluate_document(
+        ids, special, [("m", 3, scores)], gradient, toy_predict, mask_id=0, fractions=(0.25, 0.5)
+    )
     got = {metric: value for _, _, metric, value in rows}
     full = sig(2 + 1 - 1 + 0.5 - 0.5)  # 0.8808, class 1
     # 25 % of 4 tokens = 1 (a); 50 % = 2 (a, b)
@@ -78,9 +79,17 @@ def test_spearman_by_hand_with_ties_and_constants():
     assert fm.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     # ties: y ranks (1.5, 1.5, 3, 4) against 1..4: pearson of centred ranks by hand
     a, b = np.array([-1.5, -0.5, 0.5, 1.5]), np.array([-1.0, -1.0, 0.5, 1.5])
-    assert fm.spearman([1, 2, 3, 4], [5, 5, 6, 7]) == pytest.approx((a * b).sum() / math.sqrt((a * a).sum() * (b * b).sum()))
+    assert fm.spearman([1, 2, 3, 4], [5, 5, 6, 7]) == pytest.approx(
+        (a * b).sum() / math.sqrt((a * a).sum() * (b * b).sum())
+    )
     assert math.isnan(fm.spearman([1, 2, 3], [2, 2, 2]))
     assert math.isnan(fm.spearman([1.0], [3.0]))
+
+
+def test_default_fractions_are_erasers_and_aopc_is_their_plain_mean():
+    assert fm.FRACTIONS == (0.01, 0.05, 0.10, 0.20, 0.50)
+    assert resolve(None, {}, []).evaluate_fractions == fm.FRACTIONS
+    assert fm.aopc([0.1, 0.2, 0.3, 0.4, 0.5]) == pytest.approx(1.5 / 5)  # not 1.5 / 6 (|B| + 1)
 
 
 def test_fraction_sizes_ranking_and_random_floor():
@@ -92,9 +101,16 @@ def test_fraction_sizes_ranking_and_random_floor():
     assert np.array_equal(first, fm.random_scores("doc-7", 12, seed=3))
     assert not np.array_equal(first, fm.random_scores("doc-8", 12, seed=3))
     assert not np.array_equal(first, fm.random_scores("doc-7", 12, seed=4))
-    assert fm.metric_names((0.05, 0.5)) == ["comprehensiveness@0.05", "comprehensiveness@0.50", "sufficiency@0.05",
-                                           "sufficiency@0.50", "comprehensiveness_aopc", "sufficiency_aopc",
-                                           "spearman_loo", "spearman_grad"]
+    assert fm.metric_names((0.05, 0.5)) == [
+        "comprehensiveness@0.05",
+        "comprehensiveness@0.50",
+        "sufficiency@0.05",
+        "sufficiency@0.50",
+        "comprehensiveness_aopc",
+        "sufficiency_aopc",
+        "spearman_loo",
+        "spearman_grad",
+    ]
 
 
 def test_identical_perturbations_are_forwarded_once():
@@ -142,9 +158,17 @@ def build_decider(folder: Path) -> str:
 
     tokenizer = build_wordpiece_tokenizer()
     vocab = tokenizer.get_vocab()
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=4, num_hidden_layers=2, num_attention_heads=1,
-                        intermediate_size=4, max_position_embeddings=64, num_labels=2,
-                        pad_token_id=tokenizer.pad_token_id, attn_implementation="eager")
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=4,
+        num_hidden_layers=2,
+        num_attention_heads=1,
+        intermediate_size=4,
+        max_position_embeddings=64,
+        num_labels=2,
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="eager",
+    )
     model = BertForSequenceClassification(config)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -206,7 +230,7 @@ def test_every_metric_points_at_the_deciding_token(decided):
         for (method, layer), group in ranked.groupby(["method", "layer"], dropna=False):
             got = group.set_index("metric")["value"]
             # every share's top tokens hold "good": removing them flips the class, keeping them keeps it
-            for f in (0.05, 0.10, 0.20, 0.50):
+            for f in fm.FRACTIONS:
                 assert got[f"comprehensiveness@{f:.2f}"] > 0.7, (doc_id, method, layer, f)
                 assert got[f"sufficiency@{f:.2f}"] < 0.02, (doc_id, method, layer, f)
             assert got["comprehensiveness_aopc"] > 0.7 and got["sufficiency_aopc"] < 0.02
@@ -240,7 +264,7 @@ def test_a_failed_evaluation_is_an_error_row_and_the_scores_stay(decided, tmp_pa
     rows = scorer({"doc_id": ["ok", "hurt"], "text": ["the film was good", "a boring film"], "label": [1, 0]})
     cfg = resolve(None, {"store": str(tmp_path), "methods": "raw,rollout,flow", "evaluate": True})
     _, manifest = pipeline.write([rows], cfg, "e1", n_input=2, model={"n_layers": 2})
-    from xai_ray.query import open_store
+    from xai_ray.query.connection import open_store
 
     con = open_store(tmp_path)
     errors = con.execute("select doc_id, stage, reason from errors").fetchall()
@@ -270,7 +294,7 @@ def independent_metrics(model, tokenizer, text, max_length, rankings, fractions)
     full = prob(ids)
     c = int(full.argmax())
     mask = tokenizer.mask_token_id
-    loo = [full[c] - prob(ids[:j] + [mask] + ids[j + 1:])[c] for j in real]
+    loo = [full[c] - prob(ids[:j] + [mask] + ids[j + 1 :])[c] for j in real]
     captured = {}
     table = model.get_input_embeddings()
     hook = table.register_forward_hook(lambda m, i, out: captured.setdefault("e", out))
@@ -287,11 +311,18 @@ def independent_metrics(model, tokenizer, text, max_length, rankings, fractions)
         for f in fractions:
             k = max(1, -(-round(f * 100) * len(real) // 100))  # ceil in integers
             top = set(order[:k])
-            out[(method, layer, f"comprehensiveness@{f:.2f}")] = full[c] - prob([t for j, t in enumerate(ids) if j not in top])[c]
-            out[(method, layer, f"sufficiency@{f:.2f}")] = full[c] - prob(
-                [t for j, t in enumerate(ids) if j in top or j not in real])[c]
-        out[(method, layer, "comprehensiveness_aopc")] = np.mean([out[(method, layer, f"comprehensiveness@{f:.2f}")] for f in fractions])
-        out[(method, layer, "sufficiency_aopc")] = np.mean([out[(method, layer, f"sufficiency@{f:.2f}")] for f in fractions])
+            out[(method, layer, f"comprehensiveness@{f:.2f}")] = (
+                full[c] - prob([t for j, t in enumerate(ids) if j not in top])[c]
+            )
+            out[(method, layer, f"sufficiency@{f:.2f}")] = (
+                full[c] - prob([t for j, t in enumerate(ids) if j in top or j not in real])[c]
+            )
+        out[(method, layer, "comprehensiveness_aopc")] = np.mean(
+            [out[(method, layer, f"comprehensiveness@{f:.2f}")] for f in fractions]
+        )
+        out[(method, layer, "sufficiency_aopc")] = np.mean(
+            [out[(method, layer, f"sufficiency@{f:.2f}")] for f in fractions]
+        )
         out[(method, layer, "spearman_loo")] = spearmanr([scores[j] for j in real], loo).statistic
         if method != "input_x_gradient":
             out[(method, layer, "spearman_grad")] = spearmanr([scores[j] for j in real], gradient[real]).statistic
@@ -300,23 +331,37 @@ def independent_metrics(model, tokenizer, text, max_length, rankings, fractions)
 
 @pytest.mark.slow
 def test_metrics_equal_an_independent_computation_on_real_reviews():
-    from xai_ray.model import load_model
+    from xai_ray.model.loading import load_model
 
     reviews = pd.read_parquet(IMDB).iloc[[3, 17, 42]]
-    max_length, fractions = 40, (0.05, 0.1, 0.2, 0.5)
-    scorer = Scorer({"model": "minilm", "max_length": max_length, "methods": ["raw", "rollout", "flow"],
-                     "evaluate": True, "max_tokens_per_batch": 512})
-    rows = scorer({"doc_id": reviews["id"].astype(str).tolist(), "text": reviews["text"].tolist(),
-                   "label": reviews["label"].tolist()}).to_pylist()
+    max_length, fractions = 40, (0.01, 0.05, 0.1, 0.2, 0.5)  # the default: ERASER's scorer's thresholds
+    scorer = Scorer(
+        {
+            "model": "minilm",
+            "max_length": max_length,
+            "methods": ["raw", "rollout", "flow"],
+            "evaluate": True,
+            "max_tokens_per_batch": 512,
+        }
+    )
+    rows = scorer(
+        {
+            "doc_id": reviews["id"].astype(str).tolist(),
+            "text": reviews["text"].tolist(),
+            "label": reviews["label"].tolist(),
+        }
+    ).to_pylist()
     plain = load_model("minilm", attn_implementation="eager")  # same seeded head, no capture, no batching
     compared = 0
     for row in rows:
         n = row["n_tokens"]
-        rankings = [(m, layer + 1, np.asarray(row[f"scores_{m}"], np.float64).reshape(-1, n)[layer])
-                    for m in ("raw", "rollout", "flow") for layer in range(6)]
+        rankings = [
+            (m, layer + 1, np.asarray(row[f"scores_{m}"], np.float64).reshape(-1, n)[layer])
+            for m in ("raw", "rollout", "flow")
+            for layer in range(6)
+        ]
         _, gradient = independent_metrics(plain.model, plain.tokenizer, row["text"], max_length, [], fractions)
-        rankings += [("input_x_gradient", None, gradient),
-                     ("random", None, fm.random_scores(row["doc_id"], n, 0))]
+        rankings += [("input_x_gradient", None, gradient), ("random", None, fm.random_scores(row["doc_id"], n, 0))]
         expected, _ = independent_metrics(plain.model, plain.tokenizer, row["text"], max_length, rankings, fractions)
         got = {(m["method"], m["layer"], m["metric"]): m["value"] for m in row["faithfulness"]}
         assert got.keys() == expected.keys()
@@ -338,15 +383,38 @@ def evaluated_store(tmp_path_factory, tiny_bert_dir):
     from xai_ray import cli
 
     root = tmp_path_factory.mktemp("evaluated")
-    texts = ["the film was good", "a bad plot and boring acting", "i loved the story !", "not very good , not bad",
-             "the movie is fine", "wonderful acting and a great plot", "it was playing the story", "boring"]
+    texts = [
+        "the film was good",
+        "a bad plot and boring acting",
+        "i loved the story !",
+        "not very good , not bad",
+        "the movie is fine",
+        "wonderful acting and a great plot",
+        "it was playing the story",
+        "boring",
+    ]
     pd.DataFrame({"id": [f"t{i}" for i in range(len(texts))], "text": texts, "label": [1, 0] * 4}).to_parquet(
-        root / "corpus.parquet")
+        root / "corpus.parquet"
+    )
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
-        common = ["run", "--data", str(root / "corpus.parquet"), "--model", tiny_bert_dir, "--methods",
-                  "raw,rollout,flow", "--max-length", "32", "--actors", "2", "--store", str(root / "store"),
-                  "--set", "batch_size=2"]
+        common = [
+            "run",
+            "--data",
+            str(root / "corpus.parquet"),
+            "--model",
+            tiny_bert_dir,
+            "--methods",
+            "raw,rollout,flow",
+            "--max-length",
+            "32",
+            "--actors",
+            "2",
+            "--store",
+            str(root / "store"),
+            "--set",
+            "batch_size=2",
+        ]
         assert cli.main([*common, "--run-id", "ev", "--evaluate"]) == 0
         # the same run published without --evaluate, then evaluated after the fact
         assert cli.main([*common, "--run-id", "later"]) == 0
@@ -360,7 +428,7 @@ def evaluated_store(tmp_path_factory, tiny_bert_dir):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_pipeline_writes_the_faithfulness_view(evaluated_store):
-    from xai_ray.query import open_store
+    from xai_ray.query.connection import open_store
 
     con = open_store(evaluated_store)
     frame = con.execute("select * from faithfulness where run_id = 'ev'").df()
@@ -382,7 +450,7 @@ def test_pipeline_writes_the_faithfulness_view(evaluated_store):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_evaluating_a_published_run_later_gives_the_same_metrics(evaluated_store):
-    from xai_ray.query import open_store
+    from xai_ray.query.connection import open_store
 
     con = open_store(evaluated_store)
     key = ["doc_id", "method", "layer", "metric"]
@@ -401,9 +469,9 @@ def test_evaluating_a_published_run_later_gives_the_same_metrics(evaluated_store
 @pytest.mark.ray
 @pytest.mark.slow
 def test_report_section_from_the_evaluated_run(evaluated_store):
-    from xai_ray.query import open_store, run_named
-    from xai_ray.report import build_report
-    from xai_ray.report_faithfulness import bootstrap
+    from xai_ray.query.connection import open_store, run_named
+    from xai_ray.report.faithfulness import bootstrap
+    from xai_ray.report.page import build_report
 
     page = (build_report(evaluated_store, "ev", evaluated_store.parent / "r.html")).read_text()
     assert "<section id='faithfulness'>" in page
@@ -420,14 +488,23 @@ def test_report_section_from_the_evaluated_run(evaluated_store):
 
 
 def test_charts_encode_layers_baselines_and_intervals():
-    from xai_ray import charts_faithfulness as charts
+    from xai_ray.report import charts_faithfulness as charts
 
     rows = []
     for method, layers in (("raw", [1, 2]), ("rollout", [1, 2]), ("input_x_gradient", [None]), ("random", [None])):
         for layer in layers:
             for metric in HEADLINE + ["comprehensiveness@0.05", "comprehensiveness@0.50"]:
-                rows.append({"method": method, "layer": layer, "metric": metric, "mean": 0.3, "lo": 0.2, "hi": 0.4,
-                             "n_docs": 10})
+                rows.append(
+                    {
+                        "method": method,
+                        "layer": layer,
+                        "metric": metric,
+                        "mean": 0.3,
+                        "lo": 0.2,
+                        "hi": 0.4,
+                        "n_docs": 10,
+                    }
+                )
     summary = pd.DataFrame(rows)
     spec = charts.by_layer(summary, HEADLINE, "t").to_dict()
     assert spec["facet"]["field"] == "metric" and spec["facet"]["sort"] == HEADLINE
@@ -441,7 +518,8 @@ def test_charts_encode_layers_baselines_and_intervals():
     assert {d["metric"] for d in data} == set(HEADLINE)  # per-fraction rows are not in this chart
     assert [d["baseline"] for d in data if d["method"] == "random"] == [True] * 4
     curves = summary[summary.metric.str.contains("@")].assign(
-        metric=lambda f: f.metric.str.split("@").str[0], fraction=lambda f: f.metric.str.split("@").str[1].astype(float))
+        metric=lambda f: f.metric.str.split("@").str[0], fraction=lambda f: f.metric.str.split("@").str[1].astype(float)
+    )
     spec = charts.by_fraction(curves, ["comprehensiveness", "sufficiency"], "t").to_dict()
     assert spec["facet"]["column"]["field"] == "metric"
     assert spec["spec"]["layer"][1]["encoding"]["x"]["field"] == "fraction"
@@ -452,16 +530,17 @@ def test_charts_encode_layers_baselines_and_intervals():
 @pytest.mark.slow
 @pytest.mark.browser
 def test_faithfulness_section_renders_in_headless_chromium(evaluated_store, tmp_path, chromium):
-    from xai_ray.report import build_report
+    from xai_ray.report.page import build_report
 
     definition = {**load_definition(), "sections": ["summary", "faithfulness"]}
     page = build_report(evaluated_store, "ev", tmp_path / "f.html", definition=definition)
-    dom = subprocess.run([*chromium(tmp_path), "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120)
+    dom = subprocess.run(
+        [*chromium(tmp_path), "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line and "source: file://" in line]
     assert console == [], console
     section = dom.stdout.split('<section id="faithfulness">')[1].split("</section>")[0]
     charts = re.split(r'<div class="chart[^"]*" id="chart-\d+"', section)[1:]
     assert len(charts) == 2 and all("<svg" in chart and "<path" in chart for chart in charts)
-    assert "<table class=\"faithfulness\">" in section and section.count("<tr") == 1 + 3 * 2 + 2
+    assert '<table class="faithfulness">' in section and section.count("<tr") == 1 + 3 * 2 + 2

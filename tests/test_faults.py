@@ -17,13 +17,22 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from xai_ray import staging
-from xai_ray.query import open_store
-from xai_ray.store import RunWriter, StoreError, run_dir, staging_dir
+from xai_ray.query.connection import open_store
+from xai_ray.store import StoreError, files
+from xai_ray.store.layout import run_dir, staging_dir
+from xai_ray.store.writer import RunWriter
 
 METHODS = ["raw", "rollout"]
-TEXTS = ["the film was good", "bad movie", "i loved the story", "not very boring", "the plot is fine",
-         "great acting and a great plot", "it was playing", "unbelievable film"]
+TEXTS = [
+    "the film was good",
+    "bad movie",
+    "i loved the story",
+    "not very boring",
+    "the plot is fine",
+    "great acting and a great plot",
+    "it was playing",
+    "unbelievable film",
+]
 
 
 def scorer_rows(scorer, texts, first=0):
@@ -35,7 +44,7 @@ def scorer_rows(scorer, texts, first=0):
 def batches(scorer_factory):
     """Four batches of real scorer rows (tiny BERT): eight documents and one error row."""
     scorer = scorer_factory("bert")
-    out = [scorer_rows(scorer, TEXTS[i:i + 2], first=i) for i in range(0, 8, 2)]
+    out = [scorer_rows(scorer, TEXTS[i : i + 2], first=i) for i in range(0, 8, 2)]
     out.append(scorer({"doc_id": ["bad"], "text": [None], "label": [0]}))
     return out
 
@@ -55,8 +64,11 @@ def assert_exactly_once(store, run_id, batches):
     errors = con.execute("select doc_id, stage from errors where run_id = $r", {"r": run_id}).df()
     assert errors.doc_id.tolist() == ["bad"] and errors.stage.tolist() == ["score"]
     for table, column in (("tokens", "position"), ("words", "word_id")):
-        got = con.execute(f"select doc_id, method, layer, count(*) as n, count(distinct {column}) as k "
-                          f"from {table} where run_id = $r group by all", {"r": run_id}).df()
+        got = con.execute(
+            f"select doc_id, method, layer, count(*) as n, count(distinct {column}) as k "
+            f"from {table} where run_id = $r group by all",
+            {"r": run_id},
+        ).df()
         assert len(got) == len(counts) * len(METHODS) * n_layers, table
         for row in got.itertuples():
             want = counts[row.doc_id][0 if table == "tokens" else 1]
@@ -72,7 +84,7 @@ def test_a_writer_killed_at_every_rename_resumes_to_exactly_once(tmp_path, batch
         calls.append(dst)
         return real_replace(src, dst)
 
-    monkeypatch.setattr(staging.os, "replace", counting)
+    monkeypatch.setattr(files.os, "replace", counting)
     clean = RunWriter(tmp_path / "clean", "r", METHODS, part_rows=1)
     for batch in batches:
         clean.write(batch)
@@ -93,7 +105,7 @@ def test_a_writer_killed_at_every_rename_resumes_to_exactly_once(tmp_path, batch
                 raise Killed  # the process dies here: no cleanup runs
             return real_replace(src, dst)
 
-        monkeypatch.setattr(staging.os, "replace", dying)
+        monkeypatch.setattr(files.os, "replace", dying)
         opened = []
         with pytest.raises(Killed):
             opened.append(RunWriter(store, "r", METHODS, part_rows=1))
@@ -103,7 +115,7 @@ def test_a_writer_killed_at_every_rename_resumes_to_exactly_once(tmp_path, batch
         if opened:
             opened[0].stage.close()  # a killed process's flock goes with it
         gc.collect()  # (and so does the lock of a writer killed while opening)
-        monkeypatch.setattr(staging.os, "replace", real_replace)
+        monkeypatch.setattr(files.os, "replace", real_replace)
 
         resumed = RunWriter(store, "r", METHODS, part_rows=1)
         assert not list(staging_dir(store, "r").rglob("*.tmp"))
@@ -143,8 +155,11 @@ def test_parts_are_committed_durably_and_reused(tmp_path, batches):
     for batch in batches[2:]:
         again.write(batch)
     target = again.publish({"created_at": "x"})
-    assert sorted(p.name for p in (target / "docs").iterdir())[:3] == ["part-0.parquet", "part-1.parquet",
-                                                                      "part-2.parquet"]
+    assert sorted(p.name for p in (target / "docs").iterdir())[:3] == [
+        "part-0.parquet",
+        "part-1.parquet",
+        "part-2.parquet",
+    ]
     assert not folder.exists() and not (target / ".lock").exists()
     assert_exactly_once(tmp_path, "r", batches)
 
@@ -177,7 +192,7 @@ def _comparable(table):
 
 
 def test_out_of_memory_halves_the_group_and_loses_nothing(scorer_factory, monkeypatch):
-    import xai_ray.capture as capture
+    import xai_ray.model.capture as capture
 
     scorer = scorer_factory("bert", max_tokens_per_batch=10**9)  # an absurd budget: one group of 8
     ids = [f"d{i}" for i in range(len(TEXTS))]
@@ -203,7 +218,7 @@ def test_out_of_memory_halves_the_group_and_loses_nothing(scorer_factory, monkey
 
 
 def test_a_document_that_runs_out_of_memory_alone_is_an_error_row(scorer_factory, monkeypatch):
-    import xai_ray.capture as capture
+    import xai_ray.model.capture as capture
 
     scorer = scorer_factory("bert", max_tokens_per_batch=10**9)
     real = capture.forward_with_attention
@@ -221,7 +236,7 @@ def test_a_document_that_runs_out_of_memory_alone_is_an_error_row(scorer_factory
 
 
 def test_an_exception_for_one_document_keeps_the_rest_of_the_batch(scorer_factory, monkeypatch):
-    import xai_ray.capture as capture
+    import xai_ray.model.capture as capture
 
     scorer = scorer_factory("bert")
     poison = scorer.tokenizer.convert_tokens_to_ids("boring")
@@ -273,13 +288,14 @@ def test_a_long_text_of_mostly_whitespace_is_not_cut_short(scorer_factory):
 
 def test_an_invisible_tail_is_not_truncation(scorer_factory):
     scorer = scorer_factory("bert")
-    rows = _comparable(scorer({"doc_id": ["zw", "ctl"], "text": ["good film \u200b\u200b", "bad movie \x00\x07"],
-                               "label": [1, 0]}))
+    rows = _comparable(
+        scorer({"doc_id": ["zw", "ctl"], "text": ["good film \u200b\u200b", "bad movie \x00\x07"], "label": [1, 0]})
+    )
     assert rows["zw"]["truncated"] is False and rows["ctl"]["truncated"] is False
 
 
 def test_the_deferred_flow_stage_never_fails_a_batch(scorer_factory, monkeypatch):
-    from xai_ray.scoring import DeferredMethods
+    from xai_ray.scoring.actor import DeferredMethods
 
     config = {"model": "unused", "max_length": 32, "methods": ["raw", "flow"], "deferred_methods": ["flow"]}
     scorer = scorer_factory("bert", methods=("raw", "flow"), deferred_methods=("flow",))

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xai_ray import cli, pipeline
+from xai_ray import cli, pipeline, runtime
 from xai_ray.config import resolve
-from xai_ray.query import open_store
+from xai_ray.query.connection import open_store
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 SCORER_ACTOR = "MapWorker(MapBatches(Scorer))"
@@ -44,9 +44,15 @@ def assert_every_document_once(store, run_id, doc_ids, n_errors=0):
     assert sorted(docs.doc_id.tolist() + errors.doc_id.tolist()) == sorted(doc_ids)
     methods_layers = con.execute("select distinct method, layer from words where run_id = $r", {"r": run_id}).df()
     for table, column, size in (("tokens", "position", "n_tokens"), ("words", "word_id", "n_words")):
-        got = con.execute(f"select doc_id, method, layer, count(*) as n, count(distinct {column}) as k, "
-                          f"min({column}) as lo, max({column}) as hi from {table} where run_id = $r group by all",
-                          {"r": run_id}).df().merge(docs, on="doc_id")
+        got = (
+            con.execute(
+                f"select doc_id, method, layer, count(*) as n, count(distinct {column}) as k, "
+                f"min({column}) as lo, max({column}) as hi from {table} where run_id = $r group by all",
+                {"r": run_id},
+            )
+            .df()
+            .merge(docs, on="doc_id")
+        )
         assert len(got) == len(docs) * len(methods_layers), table
         assert (got.n == got[size]).all() and (got.k == got[size]).all(), table
         assert (got.lo == 0).all() and (got.hi == got[size] - 1).all(), table
@@ -55,8 +61,20 @@ def assert_every_document_once(store, run_id, doc_ids, n_errors=0):
 
 @pytest.mark.skipif(not IMDB.is_file(), reason="needs the IMDB parquet in ../shared/data")
 def test_a_scoring_actor_killed_mid_run_loses_and_doubles_nothing(ray_cluster, tmp_path):
-    cfg = resolve(None, {"data": str(IMDB), "limit": 64, "model": "minilm", "max_length": 96, "actors": 2,
-                         "store": str(tmp_path), "batch_size": 4, "run_id": "killed-actor"}, [])
+    cfg = resolve(
+        None,
+        {
+            "data": str(IMDB),
+            "limit": 64,
+            "model": "minilm",
+            "max_length": 96,
+            "actors": 2,
+            "store": str(tmp_path),
+            "batch_size": 4,
+            "run_id": "killed-actor",
+        },
+        [],
+    )
     corpus = pipeline.read(cfg)
     killed, after_kill = [], []
 
@@ -83,9 +101,31 @@ def test_a_scoring_actor_killed_mid_run_loses_and_doubles_nothing(ray_cluster, t
 @pytest.mark.skipif(not IMDB.is_file(), reason="needs the IMDB parquet in ../shared/data")
 def test_a_driver_killed_mid_run_resumes_without_duplicates(ray_cluster, tmp_path, caplog):
     store, run_id, limit = tmp_path / "store", "killed-driver", 160
-    command = [sys.executable, "-m", "xai_ray.cli", "run", "--data", str(IMDB), "--limit", str(limit),
-               "--model", "minilm", "--max-length", "128", "--actors", "1", "--batch-size", "4",
-               "--store", str(store), "--run-id", run_id, "--no-report", "--set", "part_rows=200"]
+    command = [
+        sys.executable,
+        "-m",
+        "xai_ray.cli",
+        "run",
+        "--data",
+        str(IMDB),
+        "--limit",
+        str(limit),
+        "--model",
+        "minilm",
+        "--max-length",
+        "128",
+        "--actors",
+        "1",
+        "--batch-size",
+        "4",
+        "--store",
+        str(store),
+        "--run-id",
+        run_id,
+        "--no-report",
+        "--set",
+        "part_rows=200",
+    ]
     log = (tmp_path / "driver.log").open("w")
     driver = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     parts = store / "_staging" / f"run_id={run_id}" / "_parts"
@@ -110,8 +150,10 @@ def test_a_driver_killed_mid_run_resumes_without_duplicates(ray_cluster, tmp_pat
     assert cli.main(["run", "--resume", run_id, "--store", str(store)]) == 0
     manifest = json.loads((store / "runs" / f"run_id={run_id}" / "manifest.json").read_text())
     resumed = manifest["resumed"]
-    note = (f"driver killed after {committed} committed documents; the resumed run reused {resumed['docs']} "
-            f"in {resumed['parts']} part(s) and scored {resumed['docs_scored_now']} of {limit}")
+    note = (
+        f"driver killed after {committed} committed documents; the resumed run reused {resumed['docs']} "
+        f"in {resumed['parts']} part(s) and scored {resumed['docs_scored_now']} of {limit}"
+    )
     logging.getLogger("xai_ray").info(note)
     print(note)
     assert resumed["docs"] >= committed and resumed["docs_scored_now"] == limit - resumed["docs"]
@@ -121,25 +163,52 @@ def test_a_driver_killed_mid_run_resumes_without_duplicates(ray_cluster, tmp_pat
     assert len(manifest["model"]["fingerprint"]) == 64  # one model across both attempts
     expected = pipeline.read(resolve(None, {"data": str(IMDB), "limit": limit}, [])).doc_id.tolist()
     con = assert_every_document_once(store, run_id, expected)
-    sums = con.execute("select sum(score) as s from words where run_id = $r group by doc_id, method, layer",
-                       {"r": run_id}).df()
+    sums = con.execute(
+        "select sum(score) as s from words where run_id = $r group by doc_id, method, layer", {"r": run_id}
+    ).df()
     np.testing.assert_allclose(sums.s, 1.0, atol=1e-4)
 
 
 def test_a_hostile_corpus_runs_to_the_end_with_every_row_accounted_for(ray_cluster, tmp_path, tiny_bert_dir):
     huge = "the film was good and the plot was fine. " * 26_000  # about 1 MB
     # "null" is an id, not a missing value; a CSV's empty field is an empty text
-    rows = [("ok1", "the film was good", "1"), ("null", None, "0"), ("empty", "", "1"), ("blank", " \t ", "0"),
-            ("huge", huge, "1"), ("ok2", "<script>alert('x')</script> bad movie", "0"),
-            ("ok1", "a second row with the same id", "1"), ("label", "fine plot", "7"),
-            ("emoji", "\U0001f600 great \u202e acting \u200b", "1")]
+    rows = [
+        ("ok1", "the film was good", "1"),
+        ("null", None, "0"),
+        ("empty", "", "1"),
+        ("blank", " \t ", "0"),
+        ("huge", huge, "1"),
+        ("ok2", "<script>alert('x')</script> bad movie", "0"),
+        ("ok1", "a second row with the same id", "1"),
+        ("label", "fine plot", "7"),
+        ("emoji", "\U0001f600 great \u202e acting \u200b", "1"),
+    ]
     lines = ["id,text,label"] + [f'{i},"{t}",{lab}' if t is not None else f"{i},,{lab}" for i, t, lab in rows]
     raw = "\n".join(lines).encode() + b'\nbytes,"bad \xff\xfe film",0\n'
     source = tmp_path / "hostile.csv"
     source.write_bytes(raw)
     store = tmp_path / "store"
-    assert cli.main(["run", "--data", str(source), "--model", tiny_bert_dir, "--store", str(store),
-                     "--run-id", "hostile", "--actors", "1", "--max-length", "32", "--no-report"]) == 0
+    assert (
+        cli.main(
+            [
+                "run",
+                "--data",
+                str(source),
+                "--model",
+                tiny_bert_dir,
+                "--store",
+                str(store),
+                "--run-id",
+                "hostile",
+                "--actors",
+                "1",
+                "--max-length",
+                "32",
+                "--no-report",
+            ]
+        )
+        == 0
+    )
     con = open_store(store)
     docs = con.execute("select doc_id, truncated, text from docs").df().set_index("doc_id")
     errors = con.execute("select doc_id, stage, reason from errors").df()
@@ -165,14 +234,13 @@ def test_the_pipeline_starts_ray_without_a_dashboard(ray_cluster, monkeypatch):
     calls = []
     monkeypatch.setattr(ray_cluster, "is_initialized", lambda: False)
     monkeypatch.setattr(ray_cluster, "init", lambda **kwargs: calls.append(kwargs))
-    pipeline.ensure_ray()
+    runtime.ensure_ray()
     assert calls and calls[0]["include_dashboard"] is False
-
 
 
 LISTENERS = """
 import ipaddress, json, socket, struct, subprocess, ray, ray.data
-from xai_ray.pipeline import ensure_ray
+from xai_ray.runtime import ensure_ray
 
 
 def listening():  # every TCP socket in LISTEN state in this network namespace, from /proc
@@ -200,11 +268,19 @@ def test_a_local_cluster_listens_on_loopback_only(tmp_path):
     """In a private network namespace that also has a routable-looking address (10.77.0.1, with a
     default route that loops back, so nothing can leave), every socket the pipeline's local Ray
     cluster listens on is bound to loopback."""
-    setup = ("ip link set lo up && ip addr add 10.77.0.1/32 dev lo && ip route add default dev lo src 10.77.0.1"
-             f" && exec {sys.executable} -c \"$0\"")
+    setup = (
+        "ip link set lo up && ip addr add 10.77.0.1/32 dev lo && ip route add default dev lo src 10.77.0.1"
+        f' && exec {sys.executable} -c "$0"'
+    )
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run(["unshare", "-n", "bash", "-c", setup, LISTENERS], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        ["unshare", "-n", "bash", "-c", setup, LISTENERS],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert "inet 10.77.0.1/32" in seen["addresses"]  # there was an address to listen on

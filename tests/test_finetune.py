@@ -15,18 +15,40 @@ import pytest
 
 from xai_ray import cli
 from xai_ray.config import ConfigError
-from xai_ray.corpus import read_corpus
-from xai_ray.finetune import FinetuneError, encode, fingerprint_rows, resolve, run_finetune, split_rows
-from xai_ray.model import ModelError
-from xai_ray.training import plan_batches
+from xai_ray.data.corpus import read_corpus
+from xai_ray.model.loading import ModelError
+from xai_ray.train.finetune import FinetuneError, encode, fingerprint_rows, resolve, run_finetune, split_rows
+from xai_ray.train.loop import plan_batches
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 # The learning run: 600 seeded reviews, 480 to train and 120 held out, 128 tokens, 1 epoch (~50 s on 2 CPUs).
-LEARN = ["--limit", "600", "--eval-fraction", "0.2", "--max-length", "128", "--epochs", "1", "--lr", "2e-4",
-         "--batch-size", "16", "--seed", "0"]
+LEARN = [
+    "--limit",
+    "600",
+    "--eval-fraction",
+    "0.2",
+    "--max-length",
+    "128",
+    "--epochs",
+    "1",
+    "--lr",
+    "2e-4",
+    "--batch-size",
+    "16",
+    "--seed",
+    "0",
+]
 # The resume runs: small and short, only the bookkeeping matters.
-TINY = {"data": str(IMDB), "limit": 120, "eval_fraction": 0.25, "max_length": 32, "epochs": 2, "batch_size": 16,
-        "seed": 3, "log_every": 2}
+TINY = {
+    "data": str(IMDB),
+    "limit": 120,
+    "eval_fraction": 0.25,
+    "max_length": 32,
+    "epochs": 2,
+    "batch_size": 16,
+    "seed": 3,
+    "log_every": 2,
+}
 
 ray_test = [pytest.mark.slow, pytest.mark.ray]
 
@@ -55,19 +77,25 @@ def test_finetune_beats_the_majority_class(finetuned):
 @pytest.mark.slow
 @pytest.mark.ray
 def test_output_folder_loads_and_predicts(finetuned):
-    from xai_ray.model import load_model
-    from xai_ray.scoring import Scorer
+    from xai_ray.model.loading import load_model
+    from xai_ray.scoring.actor import Scorer
 
     out, metrics = finetuned
     assert (out / "model.safetensors").is_file() and not list(out.glob("*.bin"))
     assert (out / "tokenizer.json").is_file() and not (out / "_checkpoints").exists()
+    # what it learned from, for `run`'s long_text=auto: head + tail at the trained length
+    assert json.loads((out / "xai_ray_input.json").read_text()) == {"truncation": "head_tail", "max_length": 128}
+    assert (
+        Scorer({"model": str(out), "max_length": 64, "methods": ["raw"], "long_text": "auto"}).long_text == "head_tail"
+    )
     loaded = load_model(str(out))
     assert loaded.info["labels"] == {0: "negative", 1: "positive"}
     assert loaded.info["fingerprint"] == metrics["model_fingerprint"]  # the weights that were evaluated
     # What `xai-ray run --model OUT` does per batch: the actors' scorer on real reviews.
     reviews = read_corpus(str(IMDB), split="train", limit=6, seed=11)
     rows = Scorer({"model": str(out), "max_length": 64, "methods": ["raw", "rollout"]})(
-        {"doc_id": reviews.doc_id.values, "text": reviews.text.values, "label": reviews.label.values}).to_pandas()
+        {"doc_id": reviews.doc_id.values, "text": reviews.text.values, "label": reviews.label.values}
+    ).to_pandas()
     assert len(rows) == 6 and set(rows.pred) <= {0, 1}
     assert np.allclose([sum(p) for p in rows.probs], 1.0, atol=1e-5)
 
@@ -150,8 +178,9 @@ def test_data_without_labels_is_refused(tmp_path, capsys):
 
 def test_labels_outside_the_two_classes_are_refused(tmp_path, capsys):
     data = tmp_path / "reviews.csv"
-    pd.DataFrame({"id": list("abcdef"), "text": ["good", "bad", "fine", "awful", "ok", "meh"],
-                  "label": [0, 1, 2, 1, 0, 5]}).to_csv(data, index=False)
+    pd.DataFrame(
+        {"id": list("abcdef"), "text": ["good", "bad", "fine", "awful", "ok", "meh"], "label": [0, 1, 2, 1, 0, 5]}
+    ).to_csv(data, index=False)
     message = _fail(capsys, ["finetune", "--data", str(data), "--out", str(tmp_path / "m")])
     assert "outside the classes {0, 1}" in message and "2, 5" in message
 
@@ -170,8 +199,9 @@ def test_a_base_model_that_is_not_an_encoder_is_refused(tmp_path, capsys):
 def test_a_checkpoint_of_another_job_is_not_resumed(tmp_path):
     out = tmp_path / "m"
     (out / "_checkpoints").mkdir(parents=True)
-    (out / "_checkpoints" / "job.json").write_text(json.dumps(
-        {"job_key": "0" * 64, "config": {"lr": 1.0}, "data_fingerprint": "x"}))
+    (out / "_checkpoints" / "job.json").write_text(
+        json.dumps({"job_key": "0" * 64, "config": {"lr": 1.0}, "data_fingerprint": "x"})
+    )
     with pytest.raises(FinetuneError, match="different job .*lr.*data"):
         run_finetune(resolve(None, {**TINY, "out": str(out)}))
 
@@ -208,8 +238,7 @@ def test_batch_plan_covers_every_row_once_and_is_seeded():
 
 
 def test_split_is_stratified_disjoint_and_seeded():
-    rows = pd.DataFrame({"doc_id": [f"d{i}" for i in range(100)], "text": ["t"] * 100,
-                         "label": [0] * 70 + [1] * 30})
+    rows = pd.DataFrame({"doc_id": [f"d{i}" for i in range(100)], "text": ["t"] * 100, "label": [0] * 70 + [1] * 30})
     train, held = split_rows(rows, 0.2, seed=4)
     assert held.label.value_counts().to_dict() == {0: 14, 1: 6}
     assert not set(train.doc_id) & set(held.doc_id) and len(train) + len(held) == 100

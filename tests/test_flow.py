@@ -185,8 +185,22 @@ def test_method_starts_at_start_layer():
     scores = method.attribute(fused)
     assert scores.shape == (4, 6)
     assert np.isnan(scores[0]).all()
-    expected = nx_flow(mix_residual(fused[1:], "half"), per_layer=True)
+    values = nx_flow(mix_residual(fused[1:], "half"), per_layer=True)  # (3, 6) max-flow values
+    expected = values / values.sum(axis=1, keepdims=True)  # shares per layer
     np.testing.assert_allclose(scores[1:], expected, rtol=0, atol=1e-9)
+
+
+def test_flow_scores_are_shares_summing_to_one_per_layer():
+    # Given a 4-layer random attention whose max-flow values sum to more than 1 per layer ...
+    rng = np.random.default_rng(11)
+    fused = rng.random((4, 7, 7))
+    fused /= fused.sum(axis=-1, keepdims=True)
+    values = nx_flow(mix_residual(fused, "half"), per_layer=True)  # (4, 7), independent networkx
+    assert (values.sum(axis=1)[1:] > 1.0 + 1e-6).all()
+    # ... the stored scores sum to exactly 1 on every layer, in the same order as the flow values.
+    scores = get_method("flow").attribute(fused)
+    np.testing.assert_allclose(scores.sum(axis=1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(scores, values / values.sum(axis=1, keepdims=True), atol=1e-9)
 
 
 def test_method_start_layer_past_the_top_is_all_nan():

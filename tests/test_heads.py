@@ -2,7 +2,7 @@
 
 The reference reads every head's attention from an eager forward pass with
 ``output_attentions`` (one review at a time, no padding) and computes each statistic with
-loops over rows, exactly as the definitions in ``xai_ray.heads`` say.
+loops over rows, exactly as the definitions in ``xai_ray.methods.heads`` say.
 """
 
 from __future__ import annotations
@@ -17,20 +17,31 @@ import pyarrow as pa
 import pytest
 import torch
 
-from xai_ray import capture, pipeline
+from xai_ray import pipeline
 from xai_ray.config import ConfigError, resolve
-from xai_ray.head_summary import STATISTICS, HeadTotals, behaviour, classical_mds
-from xai_ray.heads import is_punctuation, jsd_sums
-from xai_ray.model import load_model
-from xai_ray.query import open_store
-from xai_ray.scoring import Scorer
+from xai_ray.methods.head_summary import STATISTICS, HeadTotals, behaviour, classical_mds
+from xai_ray.methods.heads import is_punctuation, jsd_sums
+from xai_ray.model import capture
+from xai_ray.model.loading import load_model
+from xai_ray.query.connection import open_store
+from xai_ray.scoring.actor import Scorer
 
 # ../shared beside the checkout (or beside the worktrees' folder, for a git worktree)
-IMDB = next((root / "shared" / "data" / "imdb" / "train.parquet" for root in Path(__file__).resolve().parents[2:4]
-             if (root / "shared" / "data" / "imdb" / "train.parquet").is_file()),
-            Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet")
-TEXTS = ["The film was good, not very good.", "I loved the plot!", "un believable ... boring acting, the end",
-         "a", "this movie is boring and the story was bad; it was not fine ?"]
+IMDB = next(
+    (
+        root / "shared" / "data" / "imdb" / "train.parquet"
+        for root in Path(__file__).resolve().parents[2:4]
+        if (root / "shared" / "data" / "imdb" / "train.parquet").is_file()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet",
+)
+TEXTS = [
+    "The film was good, not very good.",
+    "I loved the plot!",
+    "un believable ... boring acting, the end",
+    "a",
+    "this movie is boring and the story was bad; it was not fine ?",
+]
 
 
 def eager_attention(model_dir: str, text: str, max_length: int):
@@ -100,8 +111,9 @@ def scored_rows(scorer: Scorer, texts: list[str], sample=None) -> list[dict]:
 
 @pytest.mark.parametrize("family", ["bert", "distilbert", "roberta"])
 @pytest.mark.parametrize("block_bytes", [capture.BLOCK_BYTES, 64])
-def test_statistics_equal_plain_numpy_on_tiny_models(tiny_model_factory, scorer_factory, monkeypatch,
-                                                      family, block_bytes):
+def test_statistics_equal_plain_numpy_on_tiny_models(
+    tiny_model_factory, scorer_factory, monkeypatch, family, block_bytes
+):
     # 64 bytes: one query row per block, so the sums cross many blocks
     monkeypatch.setattr(capture, "BLOCK_BYTES", block_bytes)
     scorer = scorer_factory(family)
@@ -120,8 +132,11 @@ def test_special_and_punctuation_positions_are_found(tiny_model_factory, scorer_
     sums = np.asarray(row["heads"]).reshape(3, 3, len(STATISTICS))
     for name in ("to_cls", "to_sep", "to_punct", "to_self", "to_prev", "to_next"):
         assert (sums[..., STATISTICS.index(name)] > 0).all(), name
-    total = sums[..., STATISTICS.index("to_cls")] + sums[..., STATISTICS.index("to_sep")] + \
-        sums[..., STATISTICS.index("to_punct")]
+    total = (
+        sums[..., STATISTICS.index("to_cls")]
+        + sums[..., STATISTICS.index("to_sep")]
+        + sums[..., STATISTICS.index("to_punct")]
+    )
     assert (total < row["n_tokens"]).all()  # and not everything: words are neither
 
 
@@ -170,8 +185,15 @@ def test_classical_mds_recovers_points_up_to_rotation_and_reflection():
 
 
 def test_behaviour_names_the_dominant_target():
-    base = {"to_cls": 0.1, "to_sep": 0.1, "to_punct": 0.1, "to_self": 0.1, "to_prev": 0.1, "to_next": 0.1,
-            "entropy_norm": 0.9}
+    base = {
+        "to_cls": 0.1,
+        "to_sep": 0.1,
+        "to_punct": 0.1,
+        "to_self": 0.1,
+        "to_prev": 0.1,
+        "to_next": 0.1,
+        "entropy_norm": 0.9,
+    }
     assert behaviour({**base, "to_sep": 0.62}) == "[SEP]"
     assert behaviour({**base, "to_prev": 0.5}) == "previous token"
     assert behaviour(base) == "broad"
@@ -181,10 +203,16 @@ def test_behaviour_names_the_dominant_target():
 def test_totals_average_over_the_rows_each_statistic_has():
     """Two documents of 3 and 5 rows: means divide by 8 rows, 2 [CLS] rows, 6 rows with a neighbour."""
     sums = [np.arange(1, 10, dtype=float), np.arange(1, 10, dtype=float) * 2]  # L = H = 1
-    batch = pa.table({"error": pa.array([None, None, "failed"], pa.string()),
-                      "heads": [sums[0], sums[1], None], "n_layers": [1, 1, None], "n_tokens": [3, 5, None],
-                      "head_jsd": pa.array([None, None, None], pa.list_(pa.float64())),
-                      "head_jsd_rows": pa.array([None, None, None], pa.int32())})
+    batch = pa.table(
+        {
+            "error": pa.array([None, None, "failed"], pa.string()),
+            "heads": [sums[0], sums[1], None],
+            "n_layers": [1, 1, None],
+            "n_tokens": [3, 5, None],
+            "head_jsd": pa.array([None, None, None], pa.list_(pa.float64())),
+            "head_jsd_rows": pa.array([None, None, None], pa.int32()),
+        }
+    )
     totals = HeadTotals()
     totals.add(batch)
     total = sums[0] + sums[1]
@@ -224,9 +252,21 @@ def test_ray_run_merges_actor_sums_into_the_heads_view(tmp_path):
     """Two actors over 10 real reviews: the published view equals one direct scorer call and the
     plain-numpy reference, and the similarity table covers the sampled reviews."""
     ray = pytest.importorskip("ray")
-    cfg = resolve(None, {"data": str(IMDB), "limit": 10, "model": "minilm", "max_length": 48, "actors": 2,
-                         "store": str(tmp_path / "store"), "batch_size": 3, "methods": "raw", "run_id": "h"},
-                  ["heads_sample=3", "heads_sample_rows=6", "report=false"])
+    cfg = resolve(
+        None,
+        {
+            "data": str(IMDB),
+            "limit": 10,
+            "model": "minilm",
+            "max_length": 48,
+            "actors": 2,
+            "store": str(tmp_path / "store"),
+            "batch_size": 3,
+            "methods": "raw",
+            "run_id": "h",
+        },
+        ["heads_sample=3", "heads_sample_rows=6", "report=false"],
+    )
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         corpus = pipeline.read(cfg)
@@ -242,8 +282,9 @@ def test_ray_run_merges_actor_sums_into_the_heads_view(tmp_path):
     one_shot = HeadTotals()
     one_shot.add(direct(batch))
     expected = one_shot.heads_table().to_pandas()
-    pd.testing.assert_frame_equal(view[expected.columns].reset_index(drop=True), expected, check_exact=False,
-                                  rtol=1e-9, atol=1e-12)
+    pd.testing.assert_frame_equal(
+        view[expected.columns].reset_index(drop=True), expected, check_exact=False, rtol=1e-9, atol=1e-12
+    )
 
     sums, rows = np.zeros((6, 12, 9)), 0
     for text in corpus.text:
@@ -251,8 +292,9 @@ def test_ray_run_merges_actor_sums_into_the_heads_view(tmp_path):
         sums += reference_sums(attention, ids, tokenizer)
         rows += len(ids)
     assert int(view.n_rows[0]) == rows
-    divisors = np.array([10 if n == "cls_entropy" else rows - 10 if n in ("to_prev", "to_next") else rows
-                         for n in STATISTICS])
+    divisors = np.array(
+        [10 if n == "cls_entropy" else rows - 10 if n in ("to_prev", "to_next") else rows for n in STATISTICS]
+    )
     means = (sums / divisors).reshape(72, 9)
     np.testing.assert_allclose(view[list(STATISTICS)].to_numpy(), means, atol=1e-5)
 
@@ -274,7 +316,7 @@ def test_ray_run_merges_actor_sums_into_the_heads_view(tmp_path):
 def test_eager_fallback_gives_the_same_statistics(tiny_model_factory, scorer_factory):
     """A model without the capture's attention function (eager) goes through output_attentions;
     the statistics come out the same as from the capture's blocks."""
-    from xai_ray.heads import HeadCollector, position_masks
+    from xai_ray.methods.heads import HeadCollector, position_masks
 
     scorer = scorer_factory("roberta")
     eager = load_model(tiny_model_factory("roberta"), attn_implementation="eager")
@@ -290,7 +332,7 @@ def test_eager_fallback_gives_the_same_statistics(tiny_model_factory, scorer_fac
 
 
 def test_head_columns_survive_the_deferred_flow_stage(scorer_factory):
-    from xai_ray.scoring import DeferredMethods
+    from xai_ray.scoring.actor import DeferredMethods
 
     config = {"model": "unused", "max_length": 32, "methods": ["raw", "flow"], "deferred_methods": ["flow"]}
     scorer = scorer_factory("bert", methods=("raw", "flow"), deferred_methods=("flow",))
@@ -305,13 +347,20 @@ def test_head_columns_survive_the_deferred_flow_stage(scorer_factory):
 def test_a_resumed_run_sums_every_document_once(tmp_path, scorer_factory):
     """Head sums live in each committed part's record: a run stopped after two parts, resumed, and
     handed one batch again (a retried Ray task) sums each document exactly once."""
-    from xai_ray.store import RunWriter
+    from xai_ray.store.writer import RunWriter
 
     scorer = scorer_factory("bert")
-    texts = ["the film was good", "bad movie", "i loved the story", "not very boring", "the plot is fine",
-             "great acting and a great plot"]
-    batches = [scorer({"doc_id": [f"d{i}", f"d{i + 1}"], "text": texts[i:i + 2], "label": [0, 1]})
-               for i in range(0, 6, 2)]
+    texts = [
+        "the film was good",
+        "bad movie",
+        "i loved the story",
+        "not very boring",
+        "the plot is fine",
+        "great acting and a great plot",
+    ]
+    batches = [
+        scorer({"doc_id": [f"d{i}", f"d{i + 1}"], "text": texts[i : i + 2], "label": [0, 1]}) for i in range(0, 6, 2)
+    ]
     per_doc = [np.asarray(r["heads"]) for b in batches for r in b.to_pylist()]  # each row's own sums
     n_rows = sum(r["n_tokens"] for b in batches for r in b.to_pylist())
 

@@ -9,27 +9,33 @@ import pytest
 import torch
 
 import xai_ray
-from xai_ray.capture import fuse_heads
 from xai_ray.methods import AttentionOptions, get_method, mix_residual
 from xai_ray.methods.base import as_layers
 from xai_ray.methods.rollout import attention_rollout
+from xai_ray.model.capture import fuse_heads
 
 # Three hand-made row-stochastic 3x3 layers (rows sum to 1).
-A1 = np.array([
-    [0.5, 0.25, 0.25],
-    [0.0, 1.0, 0.0],
-    [0.5, 0.0, 0.5],
-])
-A2 = np.array([
-    [0.2, 0.8, 0.0],
-    [0.5, 0.5, 0.0],
-    [0.0, 0.0, 1.0],
-])
-A3 = np.array([
-    [0.5, 0.0, 0.5],
-    [1 / 3, 1 / 3, 1 / 3],
-    [0.5, 0.5, 0.0],
-])
+A1 = np.array(
+    [
+        [0.5, 0.25, 0.25],
+        [0.0, 1.0, 0.0],
+        [0.5, 0.0, 0.5],
+    ]
+)
+A2 = np.array(
+    [
+        [0.2, 0.8, 0.0],
+        [0.5, 0.5, 0.0],
+        [0.0, 0.0, 1.0],
+    ]
+)
+A3 = np.array(
+    [
+        [0.5, 0.0, 0.5],
+        [1 / 3, 1 / 3, 1 / 3],
+        [0.5, 0.5, 0.0],
+    ]
+)
 
 # Worked by hand, R_1 = A1, R_l = A_l @ R_(l-1), [CLS] row = row 0:
 # R_1[0] = A1[0]                                           = [0.5, 0.25, 0.25]
@@ -105,7 +111,7 @@ def test_rollout_matches_explicit_full_matrix_loops_on_random_layers():
     np.testing.assert_allclose(expected.sum(axis=1), 1.0, atol=1e-12)
 
 
-@pytest.mark.parametrize("residual", ["half", "add", "none"])
+@pytest.mark.parametrize("residual", ["half", "none"])
 def test_identity_attention_gives_identity_rollout(residual):
     n_layers, n = 3, 5
     eye = np.stack([np.eye(n)] * n_layers)
@@ -142,13 +148,21 @@ def test_as_layers_rejects_bad_shapes():
 
 
 def test_mix_residual_modes_hand_values():
-    # Not row-stochastic on purpose so that "add" (renormalised) differs from "half".
     W = np.array([[0.2, 0.2], [0.0, 0.5]])
     # half: 0.5*W + 0.5*I
     np.testing.assert_allclose(mix_residual(W, "half"), [[0.6, 0.1], [0.0, 0.75]], atol=1e-15)
-    # add: W + I = [[1.2, 0.2], [0, 1.5]], rows / 1.4 and / 1.5
-    np.testing.assert_allclose(mix_residual(W, "add"), [[6 / 7, 1 / 7], [0.0, 1.0]], atol=1e-15)
     np.testing.assert_allclose(mix_residual(W, "none"), W, atol=0)
+
+
+def test_residual_add_is_refused_because_it_equals_half():
+    # Given row-stochastic W (what fusion always yields), (W + I) renormalised, by hand ...
+    W = np.array([[0.5, 0.5, 0.0], [0.2, 0.2, 0.6], [0.1, 0.0, 0.9]])
+    added = W + np.eye(3)
+    added = added / added.sum(axis=1, keepdims=True)
+    # ... is the "half" matrix, so "add" is no variant: it is refused with the reason.
+    np.testing.assert_allclose(mix_residual(W, "half"), added, atol=1e-15)
+    with pytest.raises(ValueError, match="equals residual=half"):
+        AttentionOptions(residual="add")
 
 
 def test_mix_residual_on_stochastic_rows_and_stacks():
@@ -156,7 +170,6 @@ def test_mix_residual_on_stochastic_rows_and_stacks():
     W = np.array([[0.5, 0.5, 0.0], [0.2, 0.2, 0.6], [0.1, 0.0, 0.9]])
     expected = np.array([[0.75, 0.25, 0.0], [0.1, 0.6, 0.3], [0.05, 0.0, 0.95]])
     np.testing.assert_allclose(mix_residual(W, "half"), expected, atol=1e-15)
-    np.testing.assert_allclose(mix_residual(W, "add"), expected, atol=1e-15)
     stacked = mix_residual(np.stack([W, W]), "half")  # (L, n, n)
     np.testing.assert_allclose(stacked, np.stack([expected, expected]), atol=1e-15)
 
@@ -180,14 +193,14 @@ def test_rollout_method_default_mixes_half_residual():
     np.testing.assert_allclose(scores, [[0.75, 0.125, 0.125], [0.45, 0.475, 0.075]], atol=1e-12)
 
 
-def test_rollout_method_add_residual_from_layer_two():
-    # Layers 2 and 3 mixed with W + I, renormalised (= 0.5*W + 0.5*I here, rows sum to 1):
+def test_rollout_method_half_residual_from_layer_two():
+    # Layers 2 and 3 mixed as 0.5*W + 0.5*I:
     # M2 = [[0.6, 0.4, 0], [0.25, 0.75, 0], [0, 0, 1]]
     # M3 = [[0.75, 0, 0.25], [1/6, 2/3, 1/6], [0.25, 0.25, 0.5]]
     # R_2[0] = M2[0]                                = [0.6, 0.4, 0.0]
     # R_3[0] = 0.75*M2[0] + 0*M2[1] + 0.25*M2[2]
     #        = [0.45, 0.3, 0] + [0, 0, 0.25]        = [0.45, 0.3, 0.25]
-    method = get_method("rollout", AttentionOptions(residual="add", start_layer=2))
+    method = get_method("rollout", AttentionOptions(residual="half", start_layer=2))
     scores = method.attribute(np.stack([A1, A2, A3]))
     assert scores.shape == (3, 3)
     assert np.isnan(scores[0]).all()
@@ -216,7 +229,7 @@ def test_raw_returns_cls_rows():
 
 def test_raw_ignores_residual_and_start_layer_options():
     fused = np.stack([A1, A2])
-    scores = get_method("raw", AttentionOptions(residual="add", start_layer=2)).attribute(fused)
+    scores = get_method("raw", AttentionOptions(residual="none", start_layer=2)).attribute(fused)
     np.testing.assert_array_equal(scores, fused[:, 0, :])
 
 
@@ -251,10 +264,14 @@ def test_attention_options_validation(kwargs, field):
 
 
 def test_attention_options_defaults_and_dict():
-    options = AttentionOptions(residual="add", head_fusion="max", discard_ratio=0.5, start_layer=2)
-    assert options.to_dict() == {"residual": "add", "head_fusion": "max", "discard_ratio": 0.5, "start_layer": 2}
-    assert AttentionOptions().to_dict() == {"residual": "half", "head_fusion": "mean", "discard_ratio": 0.0,
-                                            "start_layer": 1}
+    options = AttentionOptions(residual="none", head_fusion="max", discard_ratio=0.5, start_layer=2)
+    assert options.to_dict() == {"residual": "none", "head_fusion": "max", "discard_ratio": 0.5, "start_layer": 2}
+    assert AttentionOptions().to_dict() == {
+        "residual": "half",
+        "head_fusion": "mean",
+        "discard_ratio": 0.0,
+        "start_layer": 1,
+    }
 
 
 # --------------------------------------------------------------------------- head fusion
@@ -390,7 +407,7 @@ def test_build_attention_matches_the_pipeline_capture(fusion, ratio):
     """The notebook helper (numpy) and the forward-pass fusion (torch) agree."""
     rng = np.random.default_rng(7)
     per_head = rng.dirichlet(np.ones(9), size=(3, 4, 9))  # (L, H, n, n), rows sum to 1
-    got = xai_ray.build_attention(per_head, residual="add", head_fusion=fusion, discard_ratio=ratio)
+    got = xai_ray.build_attention(per_head, residual="half", head_fusion=fusion, discard_ratio=ratio)
     fused = torch.stack([fuse_heads(torch.tensor(layer[None]), fusion, ratio)[0] for layer in per_head])
-    np.testing.assert_allclose(got, mix_residual(fused.double().numpy(), "add"), atol=1e-6)
+    np.testing.assert_allclose(got, mix_residual(fused.double().numpy(), "half"), atol=1e-6)
     np.testing.assert_allclose(got.sum(axis=-1), 1.0, atol=1e-9)

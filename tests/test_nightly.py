@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +26,33 @@ import yaml
 
 from xai_ray import cli
 from xai_ray.config import resolve
-from xai_ray.nightly import NightlyError, run_nightly
-from xai_ray.query import open_store
+from xai_ray.ops.nightly import NightlyError, run_nightly
+from xai_ray.query.connection import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
-WORDS = ["the", "film", "was", "good", "bad", "not", "very", "and", "i", "loved", "great", "plot", "acting",
-         "fine", "story", "this", "boring", "movie", "is", "it", "wonderful"]
+WORDS = [
+    "the",
+    "film",
+    "was",
+    "good",
+    "bad",
+    "not",
+    "very",
+    "and",
+    "i",
+    "loved",
+    "great",
+    "plot",
+    "acting",
+    "fine",
+    "story",
+    "this",
+    "boring",
+    "movie",
+    "is",
+    "it",
+    "wonderful",
+]
 N1, N_ADDED, N_CHANGED = 24, 6, 2
 
 
@@ -44,8 +66,18 @@ def write_corpus(folder: Path, name: str, ids: list[str], texts: list[str], labe
 
 
 def config(tiny_bert_dir, data: Path, store):
-    return resolve(None, {"data": str(data), "model": tiny_bert_dir, "methods": "raw,rollout", "max_length": 32,
-                          "store": str(store), "batch_size": 8, "actors": 1})
+    return resolve(
+        None,
+        {
+            "data": str(data),
+            "model": tiny_bert_dir,
+            "methods": "raw,rollout",
+            "max_length": 32,
+            "store": str(store),
+            "batch_size": 8,
+            "actors": 1,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +96,15 @@ def two_nights(ray_cluster, tiny_bert_dir, tmp_path_factory):
     added = [f"e{i:03d}" for i in range(N_ADDED)]
     write_corpus(data, "day2.parquet", added, sentences(rng, N_ADDED), rng.integers(0, 2, N_ADDED))
     second = run_nightly(cfg, "2026-01-02")
-    return {"cfg": cfg, "store": store, "data": data, "first": first, "second": second,
-            "changed": sorted(changed), "added": added}
+    return {
+        "cfg": cfg,
+        "store": store,
+        "data": data,
+        "first": first,
+        "second": second,
+        "changed": sorted(changed),
+        "added": added,
+    }
 
 
 def run_table(store: Path, run_id: str, table: str, sub: str = "") -> pd.DataFrame:
@@ -74,7 +113,9 @@ def run_table(store: Path, run_id: str, table: str, sub: str = "") -> pd.DataFra
 
 def facts(page: str) -> dict[str, str]:
     section = re.search(r"<section id='since_last_night'>(.*?)</section>", page, re.S).group(1)
-    return {html.unescape(k): html.unescape(v) for k, v in re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", section)}
+    return {
+        html.unescape(k): html.unescape(v) for k, v in re.findall(r"<tr><th>(.*?)</th><td>(.*?)</td></tr>", section)
+    }
 
 
 def changes(page: str) -> dict[str, str]:
@@ -120,13 +161,18 @@ def test_report_shows_what_changed_since_last_night(two_nights):
     assert shown["Accuracy last night"] == f"{(night1.label == night1.pred).mean():.1%}"
     assert shown["Accuracy tonight"] == f"{(now.label == now.pred).mean():.1%}"
     assert shown["Accuracy of tonight's documents"] == f"{(night2.label == night2.pred).mean():.1%}"
-    # top-20 words (rollout, last layer) of both states, recomputed from the words files
-    min_count = min(max(len(now) // 20, 2), 20)
+    # top-20 words (rollout, last layer) of both states, recomputed from the words files: lift = share x
+    # the review's words (no contractions here), the mean per review, then over reviews; words in at least
+    # one review in 50 (at least 2), the same threshold both nights; punctuation left out (the report's default)
+    min_docs = max(2, min(50, len(now) // 50))
 
     def top(frames) -> list[str]:
         words = pd.concat(frames).assign(word=lambda f: f.word.str.lower(), score=lambda f: f.score.astype(float))
-        stats = words.groupby("word").score.agg(["mean", "size"]).reset_index()
-        stats = stats[stats["size"] >= min_count].sort_values(["mean", "word"], ascending=[False, True])
+        words["lift"] = words.score * words.groupby("doc_id").word.transform("size")
+        per_doc = words.groupby(["word", "doc_id"]).lift.mean().reset_index()
+        stats = per_doc.groupby("word").lift.agg(["mean", "size"]).reset_index()
+        punct = stats.word.map(lambda w: all(unicodedata.category(c)[0] in "PS" for c in w))
+        stats = stats[(stats["size"] >= min_docs) & ~punct].sort_values(["mean", "word"], ascending=[False, True])
         return stats.word.head(20).tolist()
 
     words1 = run_table(store, "nightly-2026-01-01", "words", "method=rollout/layer=2")
@@ -185,8 +231,13 @@ def test_killed_run_is_completed_by_the_next(ray_cluster, tiny_bert_dir, tmp_pat
     path = tmp_path / "nightly.yaml"
     path.write_text(yaml.safe_dump({**{k: v for k, v in cfg.to_dict().items() if k != "extra"}, "batch_size": 2}))
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
-    child = subprocess.Popen([sys.executable, "-m", "xai_ray.cli", "nightly", str(path), "--date", "2026-02-01"],
-                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "xai_ray.cli", "nightly", str(path), "--date", "2026-02-01"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     seen, deadline = "", time.monotonic() + 120
     try:
         while "scoring 40 documents" not in seen and time.monotonic() < deadline and child.poll() is None:
@@ -221,8 +272,11 @@ def test_nightly_report_renders_in_headless_chromium(two_nights, tmp_path, chrom
     assert len(charts) == page.read_text().count("class='chart'")
     assert all("<svg" in chart.split("</section>")[0] for chart in charts)
     if os.environ.get("XAI_RAY_REPORT_SHOT"):  # keep a screenshot to look at
-        subprocess.run([*base, "--window-size=1300,2600", f"--screenshot={os.environ['XAI_RAY_REPORT_SHOT']}",
-                        page.as_uri()], capture_output=True, timeout=120)
+        subprocess.run(
+            [*base, "--window-size=1300,2600", f"--screenshot={os.environ['XAI_RAY_REPORT_SHOT']}", page.as_uri()],
+            capture_output=True,
+            timeout=120,
+        )
 
 
 def test_nightly_into_an_object_store_uri(ray_cluster, tiny_bert_dir, tmp_path, monkeypatch):
@@ -242,3 +296,43 @@ def test_nightly_into_an_object_store_uri(ray_cluster, tiny_bert_dir, tmp_path, 
     monkeypatch.setenv("XAI_RAY_CACHE", str(tmp_path / "cache-2"))  # another machine, the same night again
     again = run_nightly(cfg, "2026-03-01")
     assert again.scored == 0 and "already scored" in again.message
+
+
+def test_run_and_nightly_keep_and_reject_the_same_rows_of_a_hostile_corpus(ray_cluster, tiny_bert_dir, tmp_path):
+    """One publishing path: a corpus with a duplicate id (two texts), an empty text, a null text and a
+    label outside the model's classes gives `run` and the first `nightly` the same docs and errors."""
+    data = tmp_path / "incoming"
+    ids = ["a", "b", "dup", "c", "dup", "empty", "null", "bad-label"]
+    texts = [
+        "the film was good.",
+        "bad plot.",
+        "first version kept.",
+        "very boring movie.",
+        "second version.",
+        "   ",
+        None,
+        "fine story.",
+    ]
+    labels = [1, 0, 1, 0, 0, 1, 0, 7]
+    write_corpus(data, "day1.parquet", ids, texts, labels)
+    by_run, by_night = tmp_path / "run-store", tmp_path / "night-store"
+    from xai_ray import pipeline
+
+    pipeline.run(config(tiny_bert_dir, data, by_run))
+    run_nightly(config(tiny_bert_dir, data, by_night), "2026-03-01")
+
+    def tables(store: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+        con = open_store(store)
+        docs = con.execute("select doc_id, text, label from docs order by doc_id").df()
+        errors = con.execute("select doc_id, stage, reason from errors order by doc_id, reason").df()
+        return docs, errors
+
+    run_docs, run_errors = tables(by_run)
+    night_docs, night_errors = tables(by_night)
+    # Expected from the corpus itself: the first of the two "dup" rows is kept, the other four rows rejected.
+    assert run_docs.doc_id.tolist() == ["a", "b", "c", "dup"]
+    assert run_docs.set_index("doc_id").loc["dup", "text"] == "first version kept."
+    assert sorted(run_errors.doc_id) == ["bad-label", "dup", "empty", "null"]
+    pd.testing.assert_frame_equal(night_docs, run_docs)
+    pd.testing.assert_frame_equal(night_errors, run_errors)
+    assert len(run_docs) + len(run_errors) == len(ids)  # every input row once, in docs or in errors

@@ -10,13 +10,18 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from xai_ray import cli, pipeline, remote
+from xai_ray import cli, pipeline
 from xai_ray.config import resolve
-from xai_ray.scoring import Scorer
-from xai_ray.store import StoreError
+from xai_ray.scoring.actor import Scorer
+from xai_ray.store import StoreError, remote
 
-TEXTS = ["the film was good", "the movie was bad and boring", "a great plot and fine acting",
-         "not very good, not very bad.", "i loved the story"]
+TEXTS = [
+    "the film was good",
+    "the movie was bad and boring",
+    "a great plot and fine acting",
+    "not very good, not very bad.",
+    "i loved the story",
+]
 
 
 def test_is_uri():
@@ -33,7 +38,8 @@ def published(tmp_path, tiny_bert_dir, monkeypatch):
     local = remote.pull(uri)
     cfg = resolve(None, {"model": tiny_bert_dir, "max_length": 32, "store": str(local), "methods": "raw,rollout"})
     rows = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})(
-        {"doc_id": [f"t{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [1, 0, 1, 0, 1]})
+        {"doc_id": [f"t{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [1, 0, 1, 0, 1]}
+    )
     pipeline.write([rows], cfg, "r1", n_input=len(TEXTS))
     remote.push_run(local, uri, "r1")
     return {"uri": uri, "bucket": bucket / "xai", "local": local}
@@ -43,16 +49,30 @@ def test_upload_then_a_fresh_mirror_reads_the_run(published, tmp_path, monkeypat
     run = published["bucket"] / "runs" / "run_id=r1"
     assert json.loads((run / "manifest.json").read_text())["counts"]["docs"] == len(TEXTS)
     uploaded = sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file())
-    written = sorted(p.relative_to(published["local"] / "runs" / "run_id=r1").as_posix()
-                     for p in (published["local"] / "runs" / "run_id=r1").rglob("*") if p.is_file())
+    written = sorted(
+        p.relative_to(published["local"] / "runs" / "run_id=r1").as_posix()
+        for p in (published["local"] / "runs" / "run_id=r1").rglob("*")
+        if p.is_file()
+    )
     assert uploaded == written and "docs/part-0.parquet" in uploaded
 
     # a half-uploaded run (no manifest yet) stays invisible to readers
     shutil.copytree(run / "docs", published["bucket"] / "runs" / "run_id=partial" / "docs")
 
     monkeypatch.setenv("XAI_RAY_CACHE", str(tmp_path / "cache-b"))  # another machine
-    assert cli.main(["sql", "--store", published["uri"], "--format", "csv",
-                     "select run_id, count(*) as n from docs group by run_id"]) == 0
+    assert (
+        cli.main(
+            [
+                "sql",
+                "--store",
+                published["uri"],
+                "--format",
+                "csv",
+                "select run_id, count(*) as n from docs group by run_id",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip().splitlines() == ["run_id,n", f"r1,{len(TEXTS)}"]
     mirror = remote.cache_dir(published["uri"])
     assert mirror.is_relative_to(tmp_path / "cache-b") and not (mirror / "runs" / "run_id=partial").exists()

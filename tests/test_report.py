@@ -19,17 +19,18 @@ from test_charts import DOCS, write_run  # the tiny hand-written store of the SQ
 
 from xai_ray import cli, pipeline
 from xai_ray.config import ConfigError, resolve
-from xai_ray.query import open_store
-from xai_ray.report import DEFAULT_DEFINITION, DEFAULTS, build_report, export_charts, load_definition
-from xai_ray.report_sections import has_relation, highlight_html
-from xai_ray.scoring import Scorer
+from xai_ray.query.connection import open_store
+from xai_ray.report.page import DEFAULT_DEFINITION, DEFAULTS, build_report, export_charts, load_definition
+from xai_ray.report.sections import has_relation, highlight_html
+from xai_ray.scoring.actor import Scorer
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 INJECTION_ID = "<img src=x onerror=\"document.title='PWNED'\">"
 # 49 tokens: at least the examples' 20, fewer than the real reviews cut at 64, so it is the
 # shortest of its (label, correct) group and certainly one of the highlighted examples.
-INJECTION_TEXT = ("<script>document.title='PWNED'</script><img src=x onerror=\"document.title='PWNED'\">"
-                  "</style> a fine film, ")
+INJECTION_TEXT = (
+    "<script>document.title='PWNED'</script><img src=x onerror=\"document.title='PWNED'\"></style> a fine film, "
+)
 SECTIONS = ["summary", "headline", "explorer", "per_method", "per_class", "layers", "highlights", "agreement"]
 
 
@@ -37,8 +38,17 @@ SECTIONS = ["summary", "headline", "explorer", "per_method", "per_class", "layer
 def report_file(tmp_path_factory) -> Path:
     """A run written without Ray (the stages are callable alone): 6 real reviews + a hostile one."""
     root = tmp_path_factory.mktemp("report")
-    cfg = resolve(None, {"data": str(IMDB), "limit": 6, "model": "minilm", "max_length": 64,
-                         "store": str(root / "store"), "methods": "raw,rollout"})
+    cfg = resolve(
+        None,
+        {
+            "data": str(IMDB),
+            "limit": 6,
+            "model": "minilm",
+            "max_length": 64,
+            "store": str(root / "store"),
+            "methods": "raw,rollout",
+        },
+    )
     corpus = pipeline.read(cfg)
     texts = [INJECTION_TEXT, *corpus.text]
     ids = [INJECTION_ID, *corpus.doc_id]
@@ -84,8 +94,9 @@ def test_hostile_review_is_highlighted_as_text(report_file):
 
 def test_highlight_html_keeps_gaps_escapes_words_and_shades_by_score():
     text = "Fine  <b>film</b>!\nThe rest was cut"
-    words = pd.DataFrame({"word": ["Fine", "<b>", "film", "</b>", "!", "missing"],
-                          "score": [0.5, 0.0, 0.25, 0.0, float("nan"), 0.1]})
+    words = pd.DataFrame(
+        {"word": ["Fine", "<b>", "film", "</b>", "!", "missing"], "score": [0.5, 0.0, 0.25, 0.0, float("nan"), 0.1]}
+    )
     got = highlight_html(text, words)
     assert got.startswith("<span class='w9' title='0.5000'>Fine</span>  <span class='w0' title='0.0000'>&lt;b&gt;")
     assert "<span class='w5' title='0.2500'>film</span>" in got  # half the top score
@@ -99,16 +110,38 @@ def test_highlight_html_keeps_gaps_escapes_words_and_shades_by_score():
 def tiny_store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tiny-report")
     # d1 predicted positive, d2 negative; 'film' and 'good' occur twice
-    words = {("raw", 1): [("d1", 0, "good", 0.5), ("d1", 1, "film", 0.3), ("d1", 2, "good", 0.2),
-                          ("d2", 0, "bad", 0.7), ("d2", 1, "film", 0.3)],
-             ("raw", 2): [("d1", 0, "good", 0.3), ("d1", 1, "film", 0.6), ("d1", 2, "good", 0.1),
-                          ("d2", 0, "bad", 0.6), ("d2", 1, "film", 0.4)],
-             ("rollout", 2): [("d1", 0, "good", 0.5), ("d1", 1, "film", 0.4), ("d1", 2, "good", 0.1),
-                              ("d2", 0, "bad", 0.2), ("d2", 1, "film", 0.8)]}
+    words = {
+        ("raw", 1): [
+            ("d1", 0, "good", 0.5),
+            ("d1", 1, "film", 0.3),
+            ("d1", 2, "good", 0.2),
+            ("d2", 0, "bad", 0.7),
+            ("d2", 1, "film", 0.3),
+        ],
+        ("raw", 2): [
+            ("d1", 0, "good", 0.3),
+            ("d1", 1, "film", 0.6),
+            ("d1", 2, "good", 0.1),
+            ("d2", 0, "bad", 0.6),
+            ("d2", 1, "film", 0.4),
+        ],
+        ("rollout", 2): [
+            ("d1", 0, "good", 0.5),
+            ("d1", 1, "film", 0.4),
+            ("d1", 2, "good", 0.1),
+            ("d2", 0, "bad", 0.2),
+            ("d2", 1, "film", 0.8),
+        ],
+    }
     write_run(root, "two", DOCS[:2], words)
     # One method, no labels: a run that lacks the data of several sections.
-    write_run(root, "bare", [{**d, "label": None} for d in DOCS[:2]], {("raw", 1): words[("raw", 1)]},
-              created_at="2026-01-02T00:00:00")
+    write_run(
+        root,
+        "bare",
+        [{**d, "label": None} for d in DOCS[:2]],
+        {("raw", 1): words[("raw", 1)]},
+        created_at="2026-01-02T00:00:00",
+    )
     return root
 
 
@@ -117,11 +150,17 @@ def test_definition_defaults_are_the_yaml_file():
     assert load_definition() == DEFAULTS
 
 
-@pytest.mark.parametrize("given, message", [
-    ({"colour": "red"}, "unknown key 'colour'"), ({"sections": ["headline", "pie"]}, "unknown sections"),
-    ({"examples": {"pick": "random"}}, "examples.pick"), ({"k": 0}, "k must be"),
-    ({"examples": {"count": 3}}, "'examples' takes the keys"), ({"min_count": "some"}, "min_count"),
-])
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"colour": "red"}, "unknown key 'colour'"),
+        ({"sections": ["headline", "pie"]}, "unknown sections"),
+        ({"examples": {"pick": "random"}}, "examples.pick"),
+        ({"k": 0}, "k must be"),
+        ({"examples": {"count": 3}}, "'examples' takes the keys"),
+        ({"min_count": "some"}, "min_count"),
+    ],
+)
 def test_definition_mistakes_are_named(tmp_path, given, message):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(given))
@@ -141,21 +180,42 @@ def test_sections_without_data_are_left_out(tiny_store, tmp_path):
     con = open_store(tiny_store)
     assert has_relation(con, "words") and has_relation(con, "heads") and not has_relation(con, "nothing")
     page = build_report(tiny_store, "bare", tmp_path / "bare.html").read_text()
-    # one method: no per-method panels, no agreement; no labels: no confusion matrix, no examples
-    assert re.findall(r"<section id='(\w+)'>", page) == ["summary", "headline", "explorer", "per_class"]
+    # one method: no per-method panels, no agreement; no labels: no confusion matrix, no examples; each
+    # predicted class holds one review, so no word there reaches the default support of 2 reviews
+    assert re.findall(r"<section id='(\w+)'>", page) == ["summary", "headline", "explorer"]
     assert section(page, "summary").count("class='chart'") == 0
 
 
 def test_charts_export_as_svg_and_png(tiny_store, tmp_path):
-    svgs = export_charts(tiny_store, "two", tmp_path / "svg", "svg", definition={**DEFAULTS, "min_count": 1})
-    page = build_report(tiny_store, "two", tmp_path / "r.html", definition={**DEFAULTS, "min_count": 1}).read_text()
+    svgs = export_charts(
+        tiny_store, "two", tmp_path / "svg", "svg", definition={**DEFAULTS, "min_count": 1, "min_docs": 1}
+    )
+    page = build_report(
+        tiny_store, "two", tmp_path / "r.html", definition={**DEFAULTS, "min_count": 1, "min_docs": 1}
+    ).read_text()
     assert len(svgs) == page.count("class='chart'") and svgs[0].name == "01-summary.svg"
     assert all(path.read_text().lstrip().startswith("<svg") for path in svgs)
     out = tmp_path / "cli" / "report.html"
     definition = tmp_path / "d.yaml"
-    definition.write_text("sections: [headline, contrast]\nmin_count: 1\n")
-    assert cli.main(["report", "--store", str(tiny_store), "--run", "two", "--out", str(out), "--format", "png",
-                     "--definition", str(definition)]) == 0
+    definition.write_text("sections: [headline, contrast]\nmin_count: 1\nmin_docs: 1\n")
+    assert (
+        cli.main(
+            [
+                "report",
+                "--store",
+                str(tiny_store),
+                "--run",
+                "two",
+                "--out",
+                str(out),
+                "--format",
+                "png",
+                "--definition",
+                str(definition),
+            ]
+        )
+        == 0
+    )
     pngs = sorted((tmp_path / "cli" / "report-charts").iterdir())
     assert [p.name for p in pngs] == ["01-headline.png", "02-contrast.png"] and out.is_file()
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
@@ -187,13 +247,15 @@ def test_report_renders_in_headless_chromium(report_file, tmp_path, chromium):
     assert "&lt;script&gt;document.title='PWNED'&lt;/script&gt;&lt;img src=x" in text
     # Requests the page made (the browser's own background chatter has no file:// isolation key).
     events = json.loads(net_log.read_text()).get("events", [])
-    page_requests = [e["params"]["url"] for e in events
-                     if "file://" in str(e.get("params", {}).get("network_isolation_key", "")) and "url" in e["params"]]
+    page_requests = [
+        e["params"]["url"]
+        for e in events
+        if "file://" in str(e.get("params", {}).get("network_isolation_key", "")) and "url" in e["params"]
+    ]
     assert [u for u in page_requests if not u.startswith("file:")] == []
 
     shot = tmp_path / "report.png"
-    subprocess.run([*base, "--window-size=1300,3000", f"--screenshot={shot}", url], capture_output=True,
-                   timeout=120)
+    subprocess.run([*base, "--window-size=1300,3000", f"--screenshot={shot}", url], capture_output=True, timeout=120)
     assert shot.stat().st_size > 10_000
     if os.environ.get("XAI_RAY_REPORT_SHOT"):  # keep a screenshot to look at
         shutil.copy(shot, os.environ["XAI_RAY_REPORT_SHOT"])
@@ -202,9 +264,9 @@ def test_report_renders_in_headless_chromium(report_file, tmp_path, chromium):
 def test_aggregate_stage_keeps_what_the_report_reads(report_file):
     """The pipeline's aggregate stage keeps the corpus-wide queries beside the run; the report
     then reads them instead of scanning, and the page it builds is the same."""
-    from xai_ray.query import open_store, run_named
-    from xai_ray.report import keep_aggregates
-    from xai_ray.store import read_aggregate
+    from xai_ray.query.connection import open_store, run_named
+    from xai_ray.report.page import keep_aggregates
+    from xai_ray.store.aggregates import read_aggregate
 
     store = report_file.parent / "store"
     live_page = build_report(store, "r1", report_file.parent / "live.html").read_text()
@@ -215,8 +277,7 @@ def test_aggregate_stage_keeps_what_the_report_reads(report_file):
         params = json.loads(pa.parquet.read_schema(path).metadata[b"xai_ray.params"])
         frame = read_aggregate(store, "r1", path.stem, params)
         expected = run_named(con, path.stem, run_id="r1", **params)
-        pd.testing.assert_frame_equal(frame.reset_index(drop=True), expected.reset_index(drop=True),
-                                      check_dtype=False)
+        pd.testing.assert_frame_equal(frame.reset_index(drop=True), expected.reset_index(drop=True), check_dtype=False)
         assert read_aggregate(store, "r1", path.stem, {**params, "k": -1}) is None  # other parameters: recompute
     kept_page = build_report(store, "r1", report_file.parent / "kept.html").read_text()
     assert len(_charts_json(live_page)) >= 5 and _charts_json(kept_page) == _charts_json(live_page)

@@ -11,21 +11,33 @@ import pytest
 
 from xai_ray import pipeline
 from xai_ray.config import resolve
-from xai_ray.head_summary import STATISTICS
-from xai_ray.report import DEFAULTS, build_report, context
-from xai_ray.report_heads import heads
-from xai_ray.report_sections import Fragment
-from xai_ray.scoring import Scorer
+from xai_ray.methods.head_summary import STATISTICS
+from xai_ray.report.heads import heads
+from xai_ray.report.page import DEFAULTS, build_report, context
+from xai_ray.report.sections import Fragment
+from xai_ray.scoring.actor import Scorer
 
-TEXTS = ["the film was good, not very good.", "i loved the plot!", "a bad movie. very boring, the acting was fine",
-         "this story is not good and it was not bad", "un believable , the end"]
+TEXTS = [
+    "the film was good, not very good.",
+    "i loved the plot!",
+    "a bad movie. very boring, the acting was fine",
+    "this story is not good and it was not bad",
+    "un believable , the end",
+]
 
 
 def write(root: Path, model: str, run_id: str, heads_on: bool) -> str:
-    cfg = resolve(None, {"model": model, "max_length": 32, "store": str(root), "methods": "raw,rollout"},
-                  [f"heads={str(heads_on).lower()}"])
-    batch = {"doc_id": [f"d{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [1, 1, 0, 0, 1],
-             "heads_sample": np.array([True, False, True, True, False])}
+    cfg = resolve(
+        None,
+        {"model": model, "max_length": 32, "store": str(root), "methods": "raw,rollout"},
+        [f"heads={str(heads_on).lower()}"],
+    )
+    batch = {
+        "doc_id": [f"d{i}" for i in range(len(TEXTS))],
+        "text": TEXTS,
+        "label": [1, 1, 0, 0, 1],
+        "heads_sample": np.array([True, False, True, True, False]),
+    }
     rows = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})(batch)
     pipeline.write([rows], cfg, run_id, n_input=len(TEXTS))
     return cfg.store
@@ -44,7 +56,7 @@ def datasets(chart) -> list[list[dict]]:
 
 
 def test_section_charts_carry_the_heads_view(store):
-    ctx = context(store, "with", {**DEFAULTS, "min_count": 1})
+    ctx = context(store, "with", {**DEFAULTS, "min_count": 1, "min_docs": 1})
     section = heads(ctx)
     assert section.key == "heads" and len(section.items) == 4
     profile, heatmaps, table, head_map = section.items
@@ -62,15 +74,29 @@ def test_section_charts_carry_the_heads_view(store):
 
     lines = [row for data in datasets(profile) for row in data]  # targets panel, entropy panel
     sep = {row["layer"]: row["value"] for row in lines if row["key"] == "to_sep"}
-    assert {row["key"] for row in lines} == {"to_cls", "to_sep", "to_punct", "to_self", "to_prev", "to_next",
-                                             "entropy", "cls_entropy"}
+    assert {row["key"] for row in lines} == {
+        "to_cls",
+        "to_sep",
+        "to_punct",
+        "to_self",
+        "to_prev",
+        "to_next",
+        "entropy",
+        "cls_entropy",
+    }
     assert sep == pytest.approx(view.groupby("layer")["to_sep"].mean().to_dict())
 
     # The dominant target: a plain argmax over the six targets, >= 0.5, else broad / mixed
     (points,) = datasets(head_map)
     assert len(points) == 12
-    targets = {"to_cls": "[CLS]", "to_sep": "[SEP]", "to_punct": "punctuation", "to_self": "self",
-               "to_prev": "previous token", "to_next": "next token"}
+    targets = {
+        "to_cls": "[CLS]",
+        "to_sep": "[SEP]",
+        "to_punct": "punctuation",
+        "to_self": "self",
+        "to_prev": "previous token",
+        "to_next": "next token",
+    }
     for point in points:
         best = max(targets, key=lambda key: point[key])
         expected = targets[best] if point[best] >= 0.5 else ("broad" if point["entropy_norm"] >= 0.7 else "mixed")
@@ -91,9 +117,13 @@ def test_section_charts_carry_the_heads_view(store):
 
 
 def test_report_has_the_section_only_when_the_run_has_heads(store, tmp_path):
-    page = build_report(store, "with", tmp_path / "with.html", definition={**DEFAULTS, "min_count": 1}).read_text()
+    page = build_report(
+        store, "with", tmp_path / "with.html", definition={**DEFAULTS, "min_count": 1, "min_docs": 1}
+    ).read_text()
     assert "heads" in re.findall(r"<section id='(\w+)'>", page)
     section = re.search(r"<section id='heads'>(.*?)</section>", page, re.S).group(1)
     assert section.count("class='chart'") == 3 and "strongest head" in section
-    bare = build_report(store, "without", tmp_path / "without.html", definition={**DEFAULTS, "min_count": 1})
+    bare = build_report(
+        store, "without", tmp_path / "without.html", definition={**DEFAULTS, "min_count": 1, "min_docs": 1}
+    )
     assert "heads" not in re.findall(r"<section id='(\w+)'>", bare.read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from xai_ray import cli
-from xai_ray.schedule import MARKER, job_tag, read_crontab, write_crontab
+from xai_ray.ops.schedule import MARKER, job_tag, read_crontab, write_crontab
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "jobs" / "nightly.yaml"
@@ -28,11 +28,26 @@ def test_dry_run_prints_the_cron_entry_and_installs_nothing(capsys, monkeypatch)
     assert entry.endswith(f"{MARKER}{job_tag(CONFIG)} nightly.yaml") and ">> " in entry
     assert read_crontab() == before
 
-    assert cli.main(["schedule", str(CONFIG), "--submit-to", "http://127.0.0.1:8265", "--dry-run",
-                     "--set", "store=s3://bucket/xai"]) == 0
+    assert (
+        cli.main(
+            [
+                "schedule",
+                str(CONFIG),
+                "--submit-to",
+                "http://127.0.0.1:8265",
+                "--dry-run",
+                "--set",
+                "store=s3://bucket/xai",
+            ]
+        )
+        == 0
+    )
     entry = capsys.readouterr().out.strip().splitlines()[-1]
     assert entry.startswith("0 2 * * * ")
-    assert f"xai_ray.cli submit {CONFIG} --kind nightly --address http://127.0.0.1:8265 --set store=s3://bucket/xai" in entry
+    assert (
+        f"xai_ray.cli submit {CONFIG} --kind nightly --address http://127.0.0.1:8265 --set store=s3://bucket/xai"
+        in entry
+    )
     assert "loopback.sh" not in entry  # the SSH tunnel lives in this machine's network
 
 
@@ -71,12 +86,25 @@ def test_the_scheduled_line_runs(tmp_path, capsys):
     config = tmp_path / "nightly.yaml"
     config.write_text(f"store: {tmp_path / 'store'}\n")
     log = tmp_path / "log dir" / "nightly.log"
-    assert cli.main(["schedule", str(config), "--systemd", "--dry-run", "--log", str(log),
-                     "--submit-to", "http://127.0.0.1:8265"]) == 0
+    assert (
+        cli.main(
+            [
+                "schedule",
+                str(config),
+                "--systemd",
+                "--dry-run",
+                "--log",
+                str(log),
+                "--submit-to",
+                "http://127.0.0.1:8265",
+            ]
+        )
+        == 0
+    )
     service = capsys.readouterr().out
     line = next(row for row in service.splitlines() if row.startswith("ExecStart=/bin/bash -c "))
     log.parent.mkdir()
-    subprocess.run(line[len("ExecStart="):], shell=True, timeout=120)
+    subprocess.run(line[len("ExecStart=") :], shell=True, timeout=120)
     assert "lies outside the working directory" in log.read_text()
 
 
@@ -97,3 +125,66 @@ def test_systemd_timer_install_and_remove(tmp_path, monkeypatch, capsys):
     assert f"xai_ray.cli nightly {CONFIG}" in service and "Type=oneshot" in service
     assert cli.main(["schedule", str(CONFIG), "--systemd", "--remove"]) == 0
     assert list((tmp_path / "units").iterdir()) == []
+
+
+# --------------------------------------------------------------------------- values are data
+
+
+def _cron_command(entry: str) -> tuple[str, str]:
+    """(command, stdin) as cron reads an entry's command field: the first unescaped ``%`` ends the
+    command, later ones become newlines of its stdin, and ``\\%`` stands for ``%`` (crontab(5))."""
+    field = entry.split(" ", 5)[5]
+    parts, current, i = [], "", 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 2] == "%":
+            current, i = current + "%", i + 2
+        elif field[i] == "%":
+            parts.append(current)
+            current, i = "", i + 1
+        else:
+            current, i = current + field[i], i + 1
+    parts.append(current)
+    return parts[0], "\n".join(parts[1:])
+
+
+@pytest.mark.parametrize("where", ["set", "config", "log", "submit_to", "log_cr"])
+def test_a_control_character_in_any_written_value_is_refused(where, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XAI_RAY_SYSTEMD_DIR", str(tmp_path / "units"))
+    config = tmp_path / ("night\n* * * * * touch pwned\n.yaml" if where == "config" else "nightly.yaml")
+    config.write_text(f"store: {tmp_path / 'store'}\n")
+    argv = ["schedule", str(config), "--dry-run", "--systemd"]
+    if where == "set":
+        argv += ["--set", "store=x\n* * * * * touch pwned"]
+    if where in ("log", "log_cr"):
+        argv += ["--log", str(tmp_path / ("a\n* * * * * touch pwned" if where == "log" else "a\rb"))]
+    if where == "submit_to":
+        argv += ["--submit-to", "http://127.0.0.1:8265\n* * * * * touch pwned"]
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert "control character" in captured.err and captured.out == "" and len(captured.err.splitlines()) == 1
+    assert not (tmp_path / "units").exists()
+
+
+def test_percent_signs_reach_the_job_as_written(tmp_path, capsys, monkeypatch):
+    """A ``%`` in the config name and the log path: cron's and systemd's unescaping give back the
+    very path, and the line then runs (the submit stops at once, into that log)."""
+    folder = tmp_path / "100%"
+    folder.mkdir()
+    config = folder / "night%ly.yaml"
+    config.write_text(f"store: {tmp_path / 'store'}\n")
+    log = folder / "log%d.log"
+    common = [str(config), "--log", str(log), "--submit-to", "http://127.0.0.1:8265", "--dry-run"]
+    if shutil.which("crontab") is not None:
+        assert cli.main(["schedule", *common]) == 0
+        command, stdin = _cron_command(capsys.readouterr().out.strip().splitlines()[-1])
+        assert stdin == "" and f">> {log} 2>&1" in command and command.endswith(config.name)
+    monkeypatch.setenv("XAI_RAY_SYSTEMD_DIR", str(tmp_path / "units"))
+    assert cli.main(["schedule", "--systemd", *common]) == 0
+    out = capsys.readouterr().out
+    described = next(row for row in out.splitlines() if row.startswith("Description="))
+    assert described == f"Description=xai-ray nightly job ({str(config).replace('%', '%%')})"
+    exec_line = next(row for row in out.splitlines() if row.startswith("ExecStart="))[len("ExecStart=") :]
+    # systemd.service(5): "%%" is "%", "$$" is "$"; undoubled, "%d" would be a specifier.
+    assert "%" not in exec_line.replace("%%", "")
+    subprocess.run(exec_line.replace("%%", "%").replace("$$", "$"), shell=True, timeout=120)
+    assert "lies outside the working directory" in log.read_text()

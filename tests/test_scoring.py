@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from xai_ray.capture import forward_with_attention
-from xai_ray.scoring import rows_to_scores
+from xai_ray.model.capture import forward_with_attention
+from xai_ray.scoring.actor import rows_to_scores
 
 FAMILIES = ["bert", "distilbert", "roberta"]
 METHODS = ["raw", "rollout"]
@@ -67,7 +67,7 @@ def family(request):
 
 
 def test_load_model_reads_tiny_folder(tiny_model_dir):
-    from xai_ray.model import load_model
+    from xai_ray.model.loading import load_model
 
     loaded = load_model(tiny_model_dir)
     assert loaded.tokenizer.is_fast
@@ -114,7 +114,7 @@ def test_batch_equals_single(family, scorer_factory):
 
 def test_batch_equals_single_with_discard_and_max_fusion(family, scorer_factory):
     # Discarding ranks columns per row: padding columns must neither be kept nor counted as dropped.
-    scorer = scorer_factory(family, head_fusion="max", discard_ratio=0.4, residual="add", start_layer=2)
+    scorer = scorer_factory(family, head_fusion="max", discard_ratio=0.4, residual="none", start_layer=2)
     fallbacks = scorer.fallbacks
     batch = score(scorer, TEXTS)
     assert scorer.fallbacks == fallbacks, "the padded batch failed and was re-scored one document at a time"
@@ -231,7 +231,7 @@ def test_probs_are_a_distribution(family, scorer_factory):
 
 def test_capture_in_small_row_blocks_equals_one_block(scorer_factory, monkeypatch):
     """Long documents are captured in blocks of query rows; block edges must not change a score."""
-    import xai_ray.capture as capture
+    import xai_ray.model.capture as capture
 
     scorer = scorer_factory("bert")
     whole = score(scorer, TEXTS)

@@ -51,10 +51,12 @@ def test_word_texts_byte_level_space_piece():
 
 def test_merge_scores_sums_pieces_and_skips_specials():
     index = np.array([-1, 0, 1, 1, 2, -1])
-    scores = np.array([
-        [0.30, 0.10, 0.20, 0.05, 0.15, 0.20],
-        [1.00, 2.00, 3.00, 4.00, 5.00, 6.00],
-    ])
+    scores = np.array(
+        [
+            [0.30, 0.10, 0.20, 0.05, 0.15, 0.20],
+            [1.00, 2.00, 3.00, 4.00, 5.00, 6.00],
+        ]
+    )
     # layer 1: w0 = 0.10, w1 = 0.20 + 0.05 = 0.25, w2 = 0.15   ([CLS] 0.30 and [SEP] 0.20 left out)
     # layer 2: w0 = 2, w1 = 3 + 4 = 7, w2 = 5
     merged = merge_scores(scores, index, 3)
@@ -70,16 +72,20 @@ def test_merge_scores_word_pieces_not_adjacent_in_index():
 
 
 def test_normalise_hand_values():
-    word_scores = np.array([
-        [0.10, 0.25, 0.15],  # sum 0.5
-        [2.0, 7.0, 1.0],  # sum 10
-        [0.0, 0.0, 0.0],  # nothing to share: stays zero
-    ])
-    expected = np.array([
-        [0.2, 0.5, 0.3],
-        [0.2, 0.7, 0.1],
-        [0.0, 0.0, 0.0],
-    ])
+    word_scores = np.array(
+        [
+            [0.10, 0.25, 0.15],  # sum 0.5
+            [2.0, 7.0, 1.0],  # sum 10
+            [0.0, 0.0, 0.0],  # nothing to share: stays zero
+        ]
+    )
+    expected = np.array(
+        [
+            [0.2, 0.5, 0.3],
+            [0.2, 0.7, 0.1],
+            [0.0, 0.0, 0.0],
+        ]
+    )
     np.testing.assert_allclose(normalise(word_scores), expected, atol=1e-15)
     sums = normalise(word_scores).sum(axis=-1)
     np.testing.assert_allclose(sums[:2], 1.0, atol=1e-15)
@@ -88,12 +94,14 @@ def test_normalise_hand_values():
 def test_merge_attention_to_is_sum_from_is_mean():
     # positions: 0 = [CLS] (special), 1 and 2 = pieces of word 0, 3 = word 1
     index = np.array([-1, 0, 0, 1])
-    attention = np.array([
-        [0.40, 0.10, 0.20, 0.30],
-        [0.10, 0.20, 0.30, 0.40],
-        [0.30, 0.30, 0.10, 0.30],
-        [0.25, 0.25, 0.25, 0.25],
-    ])
+    attention = np.array(
+        [
+            [0.40, 0.10, 0.20, 0.30],
+            [0.10, 0.20, 0.30, 0.40],
+            [0.30, 0.30, 0.10, 0.30],
+            [0.25, 0.25, 0.25, 0.25],
+        ]
+    )
     # to-a-word (columns summed over pieces), specials' column dropped:
     #   row 1 -> [0.2 + 0.3, 0.4] = [0.5, 0.4]
     #   row 2 -> [0.3 + 0.1, 0.3] = [0.4, 0.3]
@@ -153,8 +161,21 @@ def test_wordpiece_tokenizer_gives_word_ids_and_offsets(wordpiece_tokenizer):
     encoding = wordpiece_tokenizer(text, return_offsets_mapping=True)
     assert wordpiece_tokenizer.is_fast
     assert encoding.tokens() == [
-        "[CLS]", "the", "acting", "was", "un", "##believ", "##able", ",", "play", "##ing",
-        "wonder", "##ful", "##ly", "!", "[SEP]",
+        "[CLS]",
+        "the",
+        "acting",
+        "was",
+        "un",
+        "##believ",
+        "##able",
+        ",",
+        "play",
+        "##ing",
+        "wonder",
+        "##ful",
+        "##ly",
+        "!",
+        "[SEP]",
     ]
     assert encoding.word_ids() == [None, 0, 1, 2, 3, 3, 3, 4, 5, 5, 6, 6, 6, 7, None]
     assert encoding["offset_mapping"][4:7] == [(15, 17), (17, 23), (23, 27)]

@@ -7,21 +7,26 @@ The resolved config is written beside every run's outputs.
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import yaml
 
-from xai_ray.methods.base import HEAD_FUSIONS, RESIDUAL_MODES
+from xai_ray.methods.base import HEAD_FUSIONS, RESIDUAL_MODES, RETIRED_RESIDUAL
 
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message says which and how to fix it."""
 
 
+# How a review longer than max_length reaches the model (xai_ray.scoring.segments has the rules).
+LONG_TEXTS = ("auto", "head", "head_tail", "window")
+
+
 @dataclass(frozen=True)
-class RunConfig:
-    # corpus
+class CorpusSource:
+    """Where the documents come from; shared by ``RunConfig`` and ``train.finetune.FinetuneConfig``."""
+
     data: str = "stanfordnlp/imdb"
     split: str = "test"
     text_column: str = "text"
@@ -30,18 +35,24 @@ class RunConfig:
     clean_html: bool = True
     limit: int | None = None
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class RunConfig(CorpusSource):
     # model
     model: str = "textattack/bert-base-uncased-imdb"
     allow_pickle: bool = False
     trust_remote_code: bool = False
     max_length: int = 512
+    long_text: str = "auto"  # reviews longer than max_length: auto, head, head_tail or window (see LONG_TEXTS)
+    window_stride: int | None = None  # long_text=window: tokens between window starts; None: half a window
     # methods
     methods: tuple[str, ...] = ("raw", "rollout")
     residual: str = "half"
     head_fusion: str = "mean"
     discard_ratio: float = 0.0
     start_layer: int = 1
-    # per-head statistics (xai_ray.heads): the `heads` and `head_similarity` tables
+    # per-head statistics (xai_ray.methods.heads): the `heads` and `head_similarity` tables
     heads: bool = True
     heads_sample: int = 64  # documents whose heads are compared pairwise (Jensen-Shannon); 0: none
     heads_sample_rows: int = 128  # query rows per sampled document in that comparison
@@ -61,8 +72,16 @@ class RunConfig:
     extra: dict = field(default_factory=dict)
     # faithfulness (--evaluate): perturbation metrics of every method on the scoring actors
     evaluate: bool = False
-    evaluate_fractions: tuple[float, ...] = (0.05, 0.10, 0.20, 0.50)  # shares of tokens removed / kept
+    evaluate_fractions: tuple[float, ...] = (
+        0.01,
+        0.05,
+        0.10,
+        0.20,
+        0.50,
+    )  # ERASER scorer defaults (faithfulness.FRACTIONS)
     evaluate_share: float = 1.0  # share of documents evaluated, picked by a hash of doc_id
+    # exit status (cron, CI)
+    max_error_share: float | None = None  # None: fail only when every document failed
 
     def __post_init__(self) -> None:
         from xai_ray.methods import REGISTRY
@@ -76,9 +95,9 @@ class RunConfig:
             raise ConfigError("methods is empty: name at least one of " + ", ".join(sorted(REGISTRY)))
         for name in self.methods:
             if name not in REGISTRY:
-                raise ConfigError(
-                    f"unknown method {name!r} in methods; known methods: {', '.join(sorted(REGISTRY))}"
-                )
+                raise ConfigError(f"unknown method {name!r} in methods; known methods: {', '.join(sorted(REGISTRY))}")
+        if self.residual in RETIRED_RESIDUAL:
+            raise ConfigError(RETIRED_RESIDUAL[self.residual])
         _check_choice("residual", self.residual, RESIDUAL_MODES)
         _check_choice("head_fusion", self.head_fusion, HEAD_FUSIONS)
         if not 0.0 <= self.discard_ratio < 1.0:
@@ -91,14 +110,29 @@ class RunConfig:
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit must be >= 1 when given, got {self.limit}")
         if self.heads_sample < 0 or self.heads_sample_rows < 1:
-            raise ConfigError("heads_sample must be >= 0 and heads_sample_rows >= 1, got "
-                              f"{self.heads_sample} and {self.heads_sample_rows}")
+            raise ConfigError(
+                "heads_sample must be >= 0 and heads_sample_rows >= 1, got "
+                f"{self.heads_sample} and {self.heads_sample_rows}"
+            )
         if self.actors < 0:
             raise ConfigError(f"actors must be >= 0 (0 picks automatically), got {self.actors}")
         self._check_evaluation()
-        if self.run_id is not None and not _safe_name(self.run_id):
+        _check_choice("long_text", self.long_text, LONG_TEXTS)
+        if self.window_stride is not None and not 1 <= self.window_stride <= self.max_length - 2:
             raise ConfigError(
-                f"run_id {self.run_id!r} may hold only letters, digits, '-', '_' and '.'"
+                f"window_stride must be in [1, max_length - 2] = [1, {self.max_length - 2}], got {self.window_stride}"
+            )
+        if self.long_text == "window" and self.evaluate:
+            raise ConfigError(
+                "--evaluate perturbs one model input per review; use it with long_text head or head_tail, not window"
+            )
+        if self.max_error_share is not None and not 0.0 <= self.max_error_share <= 1.0:
+            raise ConfigError(f"max_error_share must be in [0, 1], got {self.max_error_share}")
+        if self.run_id is not None and not _safe_name(self.run_id):
+            raise ConfigError(f"run_id {self.run_id!r} may hold only letters, digits, '-', '_' and '.'")
+        if self.run_id is not None and len(self.run_id.encode()) > MAX_RUN_ID:  # a folder name holds 255 bytes
+            raise ConfigError(
+                f"run_id is {len(self.run_id.encode())} bytes long; at most {MAX_RUN_ID} fit a folder name"
             )
 
     def _check_evaluation(self) -> None:
@@ -110,7 +144,9 @@ class RunConfig:
                 fractions = fractions.split(",")
             object.__setattr__(self, "evaluate_fractions", tuple(float(f) for f in fractions))
         except (TypeError, ValueError):
-            raise ConfigError(f"evaluate_fractions must be a list of shares such as 0.05,0.1; got {fractions!r}") from None
+            raise ConfigError(
+                f"evaluate_fractions must be a list of shares such as 0.05,0.1; got {fractions!r}"
+            ) from None
         if not self.evaluate_fractions or not all(0.0 < f <= 1.0 for f in self.evaluate_fractions):
             raise ConfigError(f"evaluate_fractions must be shares in (0, 1], got {list(self.evaluate_fractions)}")
         if not 0.0 < self.evaluate_share <= 1.0:
@@ -130,6 +166,9 @@ class RunConfig:
             "discard_ratio": self.discard_ratio,
             "start_layer": self.start_layer,
         }
+
+
+MAX_RUN_ID = 200  # "run_id=<id>" and "<id>.tmp"-style names must fit in 255 bytes
 
 
 def _safe_name(text: str) -> bool:
@@ -193,3 +232,69 @@ def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None 
         return replace(RunConfig(), **merged)
     except TypeError as err:
         raise ConfigError(f"bad config value: {err}") from None
+
+
+# What each key means, for `xai-ray run --help-config`. The listing walks fields(RunConfig), so a key
+# is listed with its default as soon as it exists; tests/test_cli_help.py fails when one lacks a line here.
+MEANINGS = {
+    "data": "the corpus: Hub dataset id, Parquet/CSV/JSONL file, Parquet folder, aclImdb folder or .tar.gz",
+    "split": "the split of a Hub dataset or aclImdb folder (train, test)",
+    "text_column": "the column holding each document's text",
+    "label_column": "the column holding the true class (0/1...); missing: labels are null",
+    "id_column": "the column holding each document's id (read as text); missing: row numbers",
+    "clean_html": "turn <br /> and other HTML left in reviews into plain text before scoring",
+    "limit": "score a seeded random sample of this many documents (null: all)",
+    "seed": "seed of the sample, of untrained classifier heads and of the heads_sample",
+    "model": "Hub id, local Hugging Face model folder, or 'minilm' (the packaged all-MiniLM-L6-v2)",
+    "allow_pickle": "allow loading pytorch_model.bin (pickle) weights; safetensors only otherwise",
+    "trust_remote_code": "allow a model folder's own Python code to run",
+    "max_length": "tokens the model sees at once, [CLS] and [SEP] included (capped at the model's limit)",
+    "long_text": "reviews longer than max_length: head (the first tokens), head_tail (first quarter + the end), "
+    "window (overlapping windows merged per word), auto (what the model was fine-tuned with, "
+    "recorded by `xai-ray finetune`; head for other models)",
+    "window_stride": "long_text=window: tokens from one window's start to the next (null: half a window)",
+    "methods": "explanation methods, comma-separated: raw, rollout, flow",
+    "residual": "how rollout and flow mix in the residual: half (0.5W + 0.5I), add (W + I renormalised), none",
+    "head_fusion": "how a layer's heads are fused: mean, max or min (max/min rows renormalised)",
+    "discard_ratio": "share of each head row's lowest weights dropped before fusion ([CLS] never), in [0, 1)",
+    "start_layer": "first layer (1-based) rollout multiplies from; lower layers are not stored for rollout",
+    "heads": "measure per-head statistics (the heads and head_similarity views)",
+    "heads_sample": "documents whose heads are compared pairwise (Jensen-Shannon); 0: none",
+    "heads_sample_rows": "query rows per sampled document in that comparison",
+    "batch_size": "documents handed to an actor at once",
+    "max_tokens_per_batch": "padded tokens per forward pass: the memory knob",
+    "actors": "scoring actors; 0: one per GPU, else one per cpus_per_actor CPUs",
+    "gpus_per_actor": "GPUs each actor holds (null: 1 when the cluster has GPUs, else 0)",
+    "cpus_per_actor": "CPUs each actor holds (and torch threads it uses)",
+    "defer_flow": "run flow in its own CPU stage (null: only when actors hold GPUs)",
+    "store": "the store folder or object-store URI (s3://, gs://, file://) runs are published into",
+    "run_id": "the run's id (null: a UTC timestamp plus a random suffix)",
+    "report": "write report.html into the run folder",
+    "top_k": "words per top-k list in the run's log summary and aggregates",
+    "part_rows": "rows of the largest table slice per committed part (the granularity of --resume)",
+    "extra": "free-form mapping kept in the manifest (nightly and URI stores record theirs here)",
+    "evaluate": "also measure faithfulness (comprehensiveness, sufficiency, rank correlations) of every method",
+    "evaluate_fractions": "shares of tokens removed or kept by the faithfulness metrics",
+    "evaluate_share": "share of documents evaluated, picked by a hash of doc_id, in (0, 1]",
+    "max_error_share": "exit with status 3 when more than this share of documents failed (null: only when all did)",
+}
+
+
+def help_config() -> str:
+    """Every key of ``RunConfig`` with its default and meaning: the text of ``xai-ray run --help-config``."""
+    lines = [
+        "Every key below can be given in the --config YAML or as --set KEY=VALUE (values read as YAML).",
+        "Precedence: defaults < YAML < flags < --set.",
+        "",
+    ]
+    for f in fields(RunConfig):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+        shown = (
+            yaml.safe_dump(list(default) if isinstance(default, tuple) else default, default_flow_style=True)
+            .strip()
+            .removesuffix("...")
+            .strip()
+        )
+        lines.append(f"  {f.name} (default: {shown})")
+        lines.append(f"      {MEANINGS.get(f.name, '(undocumented)')}")
+    return "\n".join(lines)

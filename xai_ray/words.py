@@ -7,7 +7,13 @@ of its pieces' scores. Special tokens have no word id and are left out.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+
+WORDLIKE = re.compile(r"\w+")
+APOSTROPHE = re.compile(r"['\u2019]")
+TAIL = re.compile(r"['\u2019]\w+")  # a byte-level BPE piece such as 't or 's
 
 
 def word_index(word_ids: list) -> tuple[np.ndarray, int]:
@@ -24,8 +30,9 @@ def word_index(word_ids: list) -> tuple[np.ndarray, int]:
     return np.asarray(dense, dtype=np.int64), len(seen)
 
 
-def word_texts(index: np.ndarray, n_words: int, offsets, text: str) -> list[str]:
-    """Each word's surface text, cut from the original string by the pieces' character offsets."""
+def word_spans(index: np.ndarray, n_words: int, offsets) -> list[tuple[int | None, int]]:
+    """Each word's (start, end) character span in the text: from its first piece's start to its
+    last piece's end (start None for a word with no offsets)."""
     starts = [None] * n_words
     ends = [0] * n_words
     for position, w in enumerate(index):
@@ -34,7 +41,61 @@ def word_texts(index: np.ndarray, n_words: int, offsets, text: str) -> list[str]
         start, end = offsets[position]
         starts[w] = start if starts[w] is None else min(starts[w], start)
         ends[w] = max(ends[w], end)
-    return [text[s:e].strip() if s is not None else "" for s, e in zip(starts, ends)]
+    return list(zip(starts, ends))
+
+
+def word_texts(index: np.ndarray, n_words: int, offsets, text: str) -> list[str]:
+    """Each word's surface text, cut from the original string by the pieces' character offsets."""
+    return [text[s:e].strip() if s is not None else "" for s, e in word_spans(index, n_words, offsets)]
+
+
+def join_contractions(texts: list[str], spans: list[tuple[int | None, int]], text: str) -> tuple[list[int], list[str]]:
+    """Contractions that the tokenizer's pre-tokenizer split, joined back: ``wasn't`` is three
+    BERT words (``wasn``, ``'``, ``t``) and two byte-level BPE words (``wasn``, ``'t``).
+
+    A unit starts at a word of letters or digits and takes, while their characters touch in the
+    text (no space between), an apostrophe followed by a word of letters or digits, or a piece
+    made of an apostrophe and letters. Returns, per word, the index of its unit's first word
+    (``span_id``; a word outside any contraction is its own unit) and the unit's text (``joined``).
+    Hyphens and other punctuation are not joined: "well-made" stays three words.
+    """
+    n = len(texts)
+
+    def touch(a: int, b: int) -> bool:
+        return spans[a][0] is not None and spans[b][0] is not None and spans[a][1] == spans[b][0]
+
+    first = list(range(n))
+    last = list(range(n))
+    i = 0
+    while i < n:
+        j = i
+        if WORDLIKE.fullmatch(texts[i]):
+            while True:
+                if j + 1 < n and touch(j, j + 1) and TAIL.fullmatch(texts[j + 1]):
+                    j += 1
+                elif (
+                    j + 2 < n
+                    and touch(j, j + 1)
+                    and touch(j + 1, j + 2)
+                    and APOSTROPHE.fullmatch(texts[j + 1])
+                    and WORDLIKE.fullmatch(texts[j + 2])
+                ):
+                    j += 2
+                else:
+                    break
+        for w in range(i, j + 1):
+            first[w], last[w] = i, j
+        i = j + 1
+    joined = [texts[w] if first[w] == last[w] else text[spans[first[w]][0] : spans[last[w]][1]] for w in range(n)]
+    return first, joined
+
+
+def lift(shares: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """(L, W) word shares -> (L, W) length-fair importance: share x the document's number of units
+    (words, a joined contraction counting once). A unit's lift is the sum of its words' lifts; 1 is
+    what every unit would get if the document's score were spread evenly, whatever its length."""
+    n_units = int((np.asarray(span) == np.arange(len(span))).sum())
+    return np.asarray(shares, dtype=np.float64) * n_units
 
 
 def merge_scores(scores: np.ndarray, index: np.ndarray, n_words: int) -> np.ndarray:

@@ -16,7 +16,13 @@ from typing import ClassVar
 
 import numpy as np
 
-RESIDUAL_MODES = ("half", "add", "none")
+RESIDUAL_MODES = ("half", "none")
+# Rows of the fused matrices always sum to 1 (mean fusion, or max/min/discard renormalised), and
+# for such rows (W + I) renormalised is exactly 0.5 W + 0.5 I: "add" was "half" under another name.
+RETIRED_RESIDUAL = {
+    "add": "residual=add (W + I, rows renormalised) equals residual=half whenever rows sum to 1, "
+    "which fused attention always does here; use residual=half"
+}
 HEAD_FUSIONS = ("mean", "max", "min")
 
 
@@ -24,8 +30,8 @@ HEAD_FUSIONS = ("mean", "max", "min")
 class AttentionOptions:
     """How per-head attention becomes the matrices the methods read.
 
-    residual: ``half`` is Abnar & Zuidema's A = 0.5*W + 0.5*I; ``add`` is W + I with rows
-        renormalised (the common rollout variant); ``none`` keeps W as it is.
+    residual: ``half`` is Abnar & Zuidema's A = 0.5*W + 0.5*I; ``none`` keeps W as it is. (W + I
+        with rows renormalised, vit-explain's form, is the same matrix once W's rows sum to 1.)
     head_fusion: how the H heads of a layer become one matrix (``mean``, ``max``, ``min``);
         ``max``/``min`` rows are renormalised so every row still sums to 1.
     discard_ratio: share of the lowest weights of each row dropped per head before fusion
@@ -39,6 +45,8 @@ class AttentionOptions:
     start_layer: int = 1
 
     def __post_init__(self) -> None:
+        if self.residual in RETIRED_RESIDUAL:
+            raise ValueError(RETIRED_RESIDUAL[self.residual])
         if self.residual not in RESIDUAL_MODES:
             raise ValueError(f"residual must be one of {RESIDUAL_MODES}, got {self.residual!r}")
         if self.head_fusion not in HEAD_FUSIONS:
@@ -60,9 +68,6 @@ def mix_residual(fused: np.ndarray, mode: str) -> np.ndarray:
     eye = np.eye(fused.shape[-1])
     if mode == "half":
         return 0.5 * fused + 0.5 * eye
-    if mode == "add":
-        mixed = fused + eye
-        return mixed / mixed.sum(axis=-1, keepdims=True)
     raise ValueError(f"residual must be one of {RESIDUAL_MODES}, got {mode!r}")
 
 
@@ -121,14 +126,15 @@ def get_method(name: str, options: AttentionOptions | None = None) -> Method:
     return REGISTRY[name](options)
 
 
-def build_attention(per_head, residual: str = "half", head_fusion: str = "mean",
-                    discard_ratio: float = 0.0) -> np.ndarray:
+def build_attention(
+    per_head, residual: str = "half", head_fusion: str = "mean", discard_ratio: float = 0.0
+) -> np.ndarray:
     """Raw per-head attention (L, H, n, n) -> the (L, n, n) matrices rollout and flow take.
 
     For notebook users holding ``output_attentions`` (stack the layers first): drops each head
     row's lowest ``discard_ratio`` share (never column 0, [CLS]), fuses heads (mean/max/min,
     rows renormalised when that breaks their sum), then mixes in the residual stream.
-    The pipeline does the same inside the forward pass (``xai_ray.capture``).
+    The pipeline does the same inside the forward pass (``xai_ray.model.capture``).
     """
     options = AttentionOptions(residual=residual, head_fusion=head_fusion, discard_ratio=discard_ratio)
     heads = per_head.detach().cpu().double().numpy() if hasattr(per_head, "detach") else np.asarray(per_head, float)

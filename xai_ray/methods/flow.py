@@ -42,8 +42,20 @@ class AttentionFlow(PropagatedMethod):
 
     Unlike rollout, which multiplies attention through (paths share no capacity), flow treats
     attention weights as capacities, so a token gets what the narrowest cut allows.
+
+    Scores are shares: each layer's max-flow values divided by their sum over the tokens, so they
+    sum to 1 per layer like raw attention and rollout (Abnar & Zuidema's reference normalises
+    the same way). The max-flow values themselves grow with depth (their sum is not bounded by 1:
+    every token's flow is computed alone, and the flows share capacity), so they compare neither
+    across layers nor across documents; ``attention_flow`` still returns them.
     """
 
     name = "flow"
 
     propagate = staticmethod(attention_flow)
+
+    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n), each defined row sums to 1
+        values = super().attribute(fused)  # (L, n) max-flow values; NaN rows below start_layer
+        totals = values.sum(axis=1, keepdims=True)  # (L, 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(totals > 0, values / totals, values)

@@ -70,26 +70,24 @@ def build_graph(A):  # A: (L, n, n) -> CSR arcs of the whole document
             for k in range(n):
                 c = A[m - 1, i, k]
                 if c > 0.0:
-                    v = (m - 2) * n + k
-                    a = pos_f[u]
-                    b = pos_r[v]
-                    pos_f[u] += 1
-                    pos_r[v] += 1
-                    head[a] = v
-                    head[b] = u
-                    rev[a] = b
-                    rev[b] = a
-                    cap[a] = c
+                    _add_arc(u, (m - 2) * n + k, c, pos_f, pos_r, head, rev, cap)
     for i in range(n):
-        a = pos_f[i]
-        b = pos_r[t]
-        pos_f[i] += 1
-        pos_r[t] += 1
-        head[a] = t
-        head[b] = i
-        rev[a] = b
-        rev[b] = a
+        _add_arc(i, t, 0.0, pos_f, pos_r, head, rev, cap)
     return first, n_fwd, head, rev, cap
+
+
+@njit(cache=True, inline="always")
+def _add_arc(u, v, c, pos_f, pos_r, head, rev, cap):
+    """The arc u -> v of capacity c at u's next forward slot, paired with v -> u (capacity 0)."""
+    a = pos_f[u]
+    b = pos_r[v]
+    pos_f[u] += 1
+    pos_r[v] += 1
+    head[a] = v
+    head[b] = u
+    rev[a] = b
+    rev[b] = a
+    cap[a] = c
 
 
 @njit(cache=True)

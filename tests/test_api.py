@@ -1,0 +1,166 @@
+"""The notebook API: xai_ray.run publishes a run as `xai-ray run` does and reads it back as DataFrames;
+open_store is read-only; explain renders inline; the report's charts come back as Altair charts."""
+
+from __future__ import annotations
+
+import json
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import pytest
+
+import xai_ray
+from xai_ray import cli
+from xai_ray.config import resolve
+from xai_ray.query.connection import QueryError
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+TEXTS = [
+    "the film was good and the acting was unbelievable",
+    "bad movie , not very good",
+    "",
+    "i loved the story and the plot",
+    "this movie is boring",
+    "the acting was wonderful !",
+    "the plot was fine",
+    "not very boring , very good",
+]
+
+
+@pytest.fixture(scope="module")
+def api_run(ray_cluster, tiny_bert_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("api")
+    data = folder / "reviews.parquet"
+    pd.DataFrame(
+        {"id": [f"r{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [i % 2 for i in range(len(TEXTS))]}
+    ).to_parquet(data)
+    run = xai_ray.run(
+        data=data,
+        model=tiny_bert_dir,
+        methods=["raw", "rollout"],
+        store=folder / "store",
+        max_length=32,
+        batch_size=4,
+        actors=1,
+        report=False,
+        run_id="api-run",
+    )
+    return run, folder, data
+
+
+def test_run_is_published_as_the_command_would(api_run, tiny_bert_dir, capsys):
+    run, folder, data = api_run
+    assert run.run_id == "api-run" and run.counts["docs"] == 7 and run.counts["errors"] == 1
+    # the manifest holds the config the command line resolves from the same flags
+    same = resolve(
+        None,
+        {
+            "data": str(data),
+            "model": tiny_bert_dir,
+            "methods": "raw,rollout",
+            "store": str(folder / "store"),
+            "max_length": 32,
+            "batch_size": 4,
+            "actors": 1,
+            "report": False,
+            "run_id": "api-run",
+        },
+    ).to_dict()
+    same["long_text"] = "head"  # auto, resolved for a folder that records nothing
+    assert run.manifest["config"] == same
+    assert (
+        cli.main(
+            [
+                "sql",
+                "--store",
+                str(folder / "store"),
+                "--format",
+                "json",
+                "select count(*) as n from docs where run_id = 'api-run'",
+            ]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out) == [{"n": 7}]
+
+
+def test_docs_words_and_topk_as_dataframes(api_run):
+    run, _, _ = api_run
+    docs, errors = run.docs(), run.errors()
+    assert len(docs) + len(errors) == len(TEXTS)
+    assert set(docs.doc_id) == {f"r{i}" for i in range(len(TEXTS))} - {"r2"} and errors.doc_id.tolist() == ["r2"]
+    words = run.words()
+    sums = words.groupby(["doc_id", "method", "layer"]).score.sum()
+    np.testing.assert_allclose(sums, 1.0, atol=1e-5)
+    assert set(words.method) == {"raw", "rollout"} and set(words.layer) == {1, 2}
+    # top-k against a pandas aggregation of the words frame
+    last = run.words(method="rollout", layer=2).assign(word=lambda f: f.word.str.lower())
+    grouped = last.groupby("word").agg(mean_score=("score", "mean"), occurrences=("score", "size")).reset_index()
+    expected = grouped[grouped.occurrences >= 2].sort_values(["mean_score", "word"], ascending=[False, True]).head(5)
+    top = run.topk(method="rollout", k=5, min_count=2)
+    assert top.word.tolist() == expected.word.tolist()
+    np.testing.assert_allclose(top.mean_score, expected.mean_score, rtol=1e-5)
+
+
+def test_open_store_reads_and_refuses_writes(api_run, tmp_path):
+    run, folder, _ = api_run
+    con = xai_ray.open_store(folder / "store")
+    assert con.sql("select count(*) from docs").fetchall() == [(7,)]
+    assert con.execute("select count(*) from errors where run_id = $r", {"r": "api-run"}).fetchone()[0] == 1
+    for statement in (
+        f"copy docs to '{folder / 'store' / 'x.csv'}'",
+        "create table t as select 1",
+        f"attach '{tmp_path / 'x.db'}'",
+    ):
+        with pytest.raises(QueryError, match="read-only"):
+            con.execute(statement)
+    with pytest.raises(Exception, match="(?i)permission|not allowed|disabled"):
+        con.sql(f"select * from read_csv('{tmp_path}/nothing.csv')").fetchall()
+    assert not (folder / "store" / "x.csv").exists()
+    with pytest.raises(AttributeError, match="read-only"):
+        con.cursor()
+
+
+def test_report_and_charts_render(api_run):
+    run, _, _ = api_run
+    page = run.report()
+    assert page.path.is_file() and page.path.name == "report.html"
+    shown = page._repr_html_()
+    assert shown.startswith("<iframe srcdoc=") and "<script" not in shown  # the page is an escaped attribute
+    chart = xai_ray.topk_chart(run.store, run.run_id, k=5)
+    assert isinstance(chart, alt.TopLevelMixin)  # bars with their labels: a layered alt chart
+    (rows,) = [d for d in chart.to_dict()["datasets"].values() if d and "word" in d[0]]
+    bars = pd.DataFrame(rows)
+    top = run.topk(k=5, min_count=2)  # the report's automatic minimum count on 7 reviews is 2
+    assert bars.word.tolist() == top.word.tolist()  # the report's headline is the top-k of its main method
+    assert isinstance(run.chart("agreement"), alt.TopLevelMixin)  # raw vs rollout per review
+    with pytest.raises(ValueError, match="no report chart"):
+        run.chart("nonsense")
+
+
+def test_explain_renders_inline_with_word_scores(tiny_bert_dir):
+    review = xai_ray.report.explain(
+        "<b>The film</b> was unbelievable", model=tiny_bert_dir, methods=["raw", "rollout"], max_length=32
+    )
+    scores = review.scores
+    assert set(scores.method) == {"raw", "rollout"} and set(scores.layer) == {1, 2}
+    np.testing.assert_allclose(scores.groupby(["method", "layer"]).score.sum(), 1.0, atol=1e-5)
+    # the tokenizer's words: < b > the film < / b > was unbelievable
+    assert scores[(scores.method == "raw") & (scores.layer == 1)].word.tolist() == [
+        "<",
+        "b",
+        ">",
+        "The",
+        "film",
+        "<",
+        "/",
+        "b",
+        ">",
+        "was",
+        "unbelievable",
+    ]
+    shown = review._repr_html_()
+    assert shown.startswith("<iframe srcdoc=") and "<b>The film</b>" not in shown
+    assert abs(sum(review.probs) - 1) < 1e-5 and review.pred in (0, 1)

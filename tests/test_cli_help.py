@@ -1,0 +1,133 @@
+"""The command line explains itself: every flag has help with its default, --help-config lists every
+config key (enumerated here from the config class), --version, and nightly takes run's flags."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, fields
+
+import pytest
+import yaml
+
+from xai_ray import __version__, cli
+from xai_ray.config import MEANINGS, RunConfig
+from xai_ray.methods import REGISTRY
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def _help_config(capsys) -> str:
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", "--help-config"])
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_config_lists_every_key_with_its_default_and_meaning(capsys):
+    text = _help_config(capsys)
+    lines = text.splitlines()
+    for f in fields(RunConfig):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        header = [i for i, line in enumerate(lines) if line.strip().startswith(f"{f.name} (default: ")]
+        assert len(header) == 1, f"{f.name} is not listed once in --help-config"
+        shown = lines[header[0]].strip()[len(f"{f.name} (default: ") : -1]
+        # the printed default reads back (as YAML, as --set reads it) to the class's default
+        expected = list(default) if isinstance(default, tuple) else default
+        assert yaml.safe_load(shown) == expected, f.name
+        meaning = lines[header[0] + 1].strip()
+        assert meaning and meaning != "(undocumented)", f"{f.name} has no meaning in config.MEANINGS"
+    # and nothing documented that the class does not have
+    assert set(MEANINGS) == {f.name for f in fields(RunConfig)}
+
+
+def test_nightly_lists_the_same_keys(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["nightly", "--help-config"])
+    assert capsys.readouterr().out == _help_config(capsys)
+
+
+def _options(parser: argparse.ArgumentParser):
+    return [a for a in parser._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+
+
+def test_every_flag_has_help_with_its_default_or_says_required():
+    missing = []
+    for name, parser in _subparsers().items():
+        for action in _options(parser):
+            text = (action.help or "").lower()
+            if action.dest == "help_config":
+                continue  # an action, not a setting
+            if "default" not in text and "required" not in text:
+                missing.append(f"{name} {action.option_strings[-1]}")
+    assert not missing, f"flags without help naming their default: {missing}"
+
+
+def test_methods_help_lists_every_registered_method():
+    run = _subparsers()["run"]
+    (methods,) = [a for a in run._actions if a.dest == "methods"]
+    for name in REGISTRY:
+        assert name in methods.help
+
+
+def test_flag_defaults_in_help_are_the_config_class_defaults():
+    run = _subparsers()["run"]
+    defaults = {f.name: f.default for f in fields(RunConfig)}
+    for action in _options(run):
+        if action.dest in ("split", "model", "max_length", "batch_size", "store", "data"):
+            assert f"(default: {defaults[action.dest]})" in " ".join(action.help.split()), action.dest
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"xai-ray {__version__}"
+
+
+def test_nightly_accepts_every_flag_of_run():
+    parsers = _subparsers()
+    run_only = {"--config", "--run-id", "--resume", "--no-report"}  # the night names its run and always reports
+    run_flags = {s for a in _options(parsers["run"]) for s in a.option_strings} - run_only
+    nightly_flags = {s for a in _options(parsers["nightly"]) for s in a.option_strings}
+    assert run_flags <= nightly_flags, sorted(run_flags - nightly_flags)
+
+
+def test_nightly_flags_reach_its_config(tmp_path):
+    from xai_ray.cli.jobs import nightly_config
+
+    config = tmp_path / "n.yaml"
+    config.write_text("data: a.parquet\nmodel: minilm\nmax_length: 256\nlimit: 50\n")
+    args = cli.build_parser().parse_args(
+        [
+            "nightly",
+            str(config),
+            "--max-length",
+            "64",
+            "--methods",
+            "raw",
+            "--max-error-share",
+            "0.1",
+            "--set",
+            "long_text=window",
+        ]
+    )
+    cfg = nightly_config(args)
+    # flags over the YAML, --set over both; keys no flag named keep the YAML's value
+    assert (cfg.max_length, cfg.methods, cfg.limit, cfg.max_error_share, cfg.long_text) == (
+        64,
+        ("raw",),
+        50,
+        0.1,
+        "window",
+    )
+
+
+def test_quiet_is_accepted_before_and_after_the_command():
+    parser = cli.build_parser()
+    assert parser.parse_args(["-q", "report", "--out", "x.html"]).quiet is True
+    assert parser.parse_args(["report", "--out", "x.html", "--quiet"]).quiet is True
+    assert parser.parse_args(["report", "--out", "x.html"]).quiet is False

@@ -1,0 +1,65 @@
+"""Exit status for cron and CI: non-zero when every document failed or too many did, in one sentence;
+and the run's stderr carries our lines only (Ray's and the warnings' go to the run's log file)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from xai_ray import cli
+from xai_ray.cli.flags import EXIT_ERRORS, error_verdict
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+
+def test_verdict_counts_documents_hand_worked():
+    assert error_verdict({"docs": 10, "errors": 0}, None) is None
+    assert error_verdict({"docs": 9, "errors": 1}, None) is None  # some failed: fine without a limit
+    assert error_verdict({"docs": 0, "errors": 3}, None) == "every document failed: 0 of 3 scored, 3 in errors"
+    assert error_verdict({"docs": 0, "errors": 3}, 1.0) is not None  # all failed fails whatever the share
+    assert error_verdict({"docs": 8, "errors": 2}, 0.2) is None  # 2/10 = 20 %: not more than 20 %
+    assert error_verdict({"docs": 7, "errors": 3}, 0.2) == (
+        "3 of 10 documents failed (30.0%), more than --max-error-share 20.0%; 7 scored"
+    )
+
+
+def _corpus(path, texts):
+    pd.DataFrame(
+        {"id": [f"d{i}" for i in range(len(texts))], "text": texts, "label": [i % 2 for i in range(len(texts))]}
+    ).to_parquet(path)
+    return str(path)
+
+
+def _run(tmp_path, data, model, *extra) -> list[str]:
+    return [
+        "run",
+        "--data",
+        data,
+        "--model",
+        model,
+        "--store",
+        str(tmp_path / "store"),
+        "--max-length",
+        "32",
+        "--batch-size",
+        "4",
+        "--no-report",
+        "--actors",
+        "1",
+        *extra,
+    ]
+
+
+def test_every_document_failed_exits_3_with_the_counts(ray_cluster, tmp_path, tiny_bert_dir, capsys):
+    data = _corpus(tmp_path / "bad.parquet", ["", "   ", "\n"])
+    assert cli.main(_run(tmp_path, data, tiny_bert_dir)) == EXIT_ERRORS
+    err = capsys.readouterr().err
+    assert "xai-ray: every document failed: 0 of 3 scored, 3 in errors" in err
+
+
+def test_error_share_over_the_limit_exits_3_and_under_it_0(ray_cluster, tmp_path, tiny_bert_dir, capsys):
+    data = _corpus(tmp_path / "some.parquet", ["the film was good", "", "bad movie", "i loved the story"])
+    assert cli.main(_run(tmp_path, data, tiny_bert_dir, "--max-error-share", "0.2")) == EXIT_ERRORS
+    assert "1 of 4 documents failed (25.0%), more than --max-error-share 20.0%; 3 scored" in capsys.readouterr().err
+    assert cli.main(_run(tmp_path, data, tiny_bert_dir, "--set", "max_error_share=0.25")) == 0
+    assert cli.main(_run(tmp_path, data, tiny_bert_dir)) == 0  # no limit: only "all failed" fails

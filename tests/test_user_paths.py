@@ -1,0 +1,141 @@
+"""Every path a user names that the system refuses (a run id too long for a folder name, a store
+that is a file or on a read-only file system, an --out that is a folder) ends in one sentence,
+exit status 2, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from xai_ray import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+def _one_sentence(argv, capsys) -> str:
+    status = cli.main(argv)
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1 and err.startswith("xai-ray: "), (argv, err)
+    return err
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    source = tmp_path / "c.csv"
+    pd.DataFrame({"id": ["a", "b"], "text": ["good film", "bad film"], "label": [1, 0]}).to_csv(source, index=False)
+    return source
+
+
+def test_a_run_id_too_long_for_a_folder_name(tmp_path, corpus, tiny_bert_dir, capsys):
+    store = tmp_path / "store"
+    err = _one_sentence(
+        [
+            "run",
+            "--data",
+            str(corpus),
+            "--model",
+            tiny_bert_dir,
+            "--store",
+            str(store),
+            "--run-id",
+            "r" * 300,
+            "--no-report",
+        ],
+        capsys,
+    )
+    assert "run_id is 300 bytes long; at most 200" in err
+    assert not store.exists()
+
+
+def test_a_store_that_is_a_file(tmp_path, corpus, tiny_bert_dir, capsys):
+    store = tmp_path / "store"
+    store.write_text("not a folder")
+    err = _one_sentence(
+        ["run", "--data", str(corpus), "--model", tiny_bert_dir, "--store", str(store), "--no-report"], capsys
+    )
+    assert "is a file, not a folder" in err and store.read_text() == "not a folder"
+    for command in (["sql", "select 1"], ["topk"], ["report", "--out", str(tmp_path / "r.html")]):
+        err = _one_sentence([command[0], "--store", str(store), *command[1:]], capsys)
+        assert "is not a folder" in err
+    assert _files(tmp_path) == ["c.csv", "store"]
+
+
+def _read_only_mount(tmp_path: Path) -> Path | None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    probe = (
+        subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro tmpfs {folder}"], capture_output=True)
+        if shutil.which("unshare")
+        else None
+    )
+    return folder if probe is not None and probe.returncode == 0 else None
+
+
+def test_a_store_on_a_read_only_file_system(tmp_path, corpus, tiny_bert_dir):
+    folder = _read_only_mount(tmp_path)
+    if folder is None:
+        pytest.skip("cannot mount a read-only file system here (needs root and unshare)")
+    store = folder / "store"
+    command = [
+        sys.executable,
+        "-m",
+        "xai_ray.cli",
+        "run",
+        "--data",
+        str(corpus),
+        "--model",
+        tiny_bert_dir,
+        "--store",
+        str(store),
+        "--no-report",
+    ]
+    script = f'mount -t tmpfs -o ro tmpfs {folder} && exec "$@"'
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", *command],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.startswith("xai-ray:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert lines == [f"xai-ray: cannot write into store {str(store)!r}: read-only file system"]
+
+
+def test_report_and_explain_out_that_is_a_folder(tmp_path, tiny_bert_dir, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    err = _one_sentence(["report", "--store", str(tmp_path), "--out", str(out)], capsys)
+    assert f"--out {str(out)!r} is a folder" in err
+    err = _one_sentence(["explain", "a good film", "--model", tiny_bert_dir, "--out", str(out)], capsys)
+    assert f"--out {str(out)!r} is a folder" in err
+    assert _files(tmp_path) == ["out", "out/keep.txt"]  # no .tmp anywhere
+
+
+def test_an_out_name_too_long_leaves_no_temporary_file(tmp_path, tiny_bert_dir, capsys):
+    out = tmp_path / ("p" * 252 + ".html")  # fits, but its temporary name (+ ".tmp") does not
+    err = _one_sentence(["explain", "a good film", "--model", tiny_bert_dir, "--out", str(out)], capsys)
+    assert "file name too long" in err
+    assert _files(tmp_path) == []
+
+
+def test_a_broken_manifest_is_one_sentence(tmp_path, capsys):
+    run = tmp_path / "store" / "runs" / "run_id=r"
+    run.mkdir(parents=True)
+    for text in ("{truncated", "[1, 2]"):
+        (run / "manifest.json").write_text(text)
+        for argv in (["sql", "select 1"], ["topk"], ["report", "--out", str(tmp_path / "r.html")]):
+            err = _one_sentence([argv[0], "--store", str(tmp_path / "store"), *argv[1:]], capsys)
+            assert "manifest" in err and ("cannot be read" in err or "is not a JSON object" in err), err
+    assert not (tmp_path / "r.html").exists()

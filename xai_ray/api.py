@@ -1,0 +1,287 @@
+"""The notebook API: ``xai_ray.run``, ``open_store``, ``explain`` and the report's charts.
+
+Each call goes through what the command line runs (``config.resolve`` -> ``pipeline.run``;
+``query.open_store``; ``report.explain.explain_page``; the report's own section
+builders), so a notebook and ``xai-ray run`` publish the same runs into the same stores. Results
+come back as pandas DataFrames and as objects that render themselves inline (``_repr_html_``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from xai_ray.config import ConfigError
+
+REPORT_CHARTS = ("summary", "headline", "explorer", "per_method", "per_class", "contrast", "layers", "agreement")
+
+
+def run(
+    data: str,
+    model: str = "minilm",
+    methods="raw,rollout",
+    store: str = "store",
+    *,
+    config: str | None = None,
+    quiet: bool = False,
+    **keys,
+) -> Run:
+    """Score ``data`` with ``model`` and publish one run into ``store``, as ``xai-ray run`` does.
+
+    ``keys`` are any config keys (``limit=200``, ``max_length=256``, ``long_text="window"``,
+    ``report=False``...; ``xai-ray run --help-config`` lists them); ``config`` a YAML file beneath them.
+    """
+    from xai_ray import config as config_module
+    from xai_ray import pipeline, progress
+    from xai_ray.store import remote
+
+    if not isinstance(methods, str):
+        methods = ",".join(methods)
+    progress.configure(quiet=quiet)
+    flags = {"data": str(data), "model": str(model), "methods": methods, "store": str(store), **keys}
+    cfg = config_module.resolve(config, flags)
+    result = pipeline.run(cfg)  # the command's own path (a URI store goes through its mirror)
+    return Run(store=remote.local_store(cfg.store), run_id=result.run_id, manifest=result.manifest, page=result.report)
+
+
+def open_store(path: str = "store") -> ReadOnlyConnection:
+    """The store's sandboxed, read-only DuckDB connection with its views (runs, docs, tokens, words,
+    errors, faithfulness, heads, head_similarity), as ``xai-ray sql`` opens it."""
+    from xai_ray.query import connection as query
+    from xai_ray.store import remote
+
+    return ReadOnlyConnection(query.open_store(remote.local_store(path)))
+
+
+class ReadOnlyConnection:
+    """A DuckDB connection that runs only statements that read (``query.user_sql.check_read_only``): the sandbox
+    keeps reads inside the store, this keeps COPY/EXPORT/ATTACH from writing into it."""
+
+    DELEGATED = (
+        "fetchall",
+        "fetchone",
+        "fetchdf",
+        "fetchnumpy",
+        "fetch_arrow_table",
+        "df",
+        "arrow",
+        "table",
+        "view",
+        "description",
+        "close",
+    )
+
+    def __init__(self, con) -> None:
+        self._con = con
+
+    def execute(self, query: str, parameters=None):
+        from xai_ray.query.user_sql import check_read_only
+
+        check_read_only(self._con, query)
+        return self._con.execute(query, parameters) if parameters is not None else self._con.execute(query)
+
+    def sql(self, query: str, params=None):
+        """A DuckDB relation (``.df()``, ``.show()``) of a read-only query."""
+        from xai_ray.query.user_sql import check_read_only
+
+        check_read_only(self._con, query)
+        return self._con.sql(query, params=params)
+
+    query = sql
+
+    def __getattr__(self, name: str):
+        if name in self.DELEGATED:
+            return getattr(self._con, name)
+        raise AttributeError(f"the store's read-only connection has no {name!r} (queries: .sql, .execute)")
+
+
+@dataclass
+class Run:
+    """A published run: its tables as DataFrames, its report, its charts."""
+
+    store: str
+    run_id: str
+    manifest: dict = field(default_factory=dict, repr=False)
+    page: Path | None = None
+    _con: object = field(default=None, repr=False)
+
+    @classmethod
+    def load(cls, store: str = "store", run_id: str | None = None) -> Run:
+        """A run already in a store (default: the newest)."""
+        from xai_ray.query import connection as query
+        from xai_ray.store import remote
+
+        local = remote.local_store(store)
+        row = query.pick_run(query.open_store(local), run_id)
+        return cls(store=local, run_id=row["run_id"], manifest=json.loads(row["manifest"]))
+
+    @property
+    def con(self) -> ReadOnlyConnection:
+        if self._con is None:
+            self._con = open_store(self.store)
+        return self._con
+
+    @property
+    def counts(self) -> dict:
+        return dict(self.manifest.get("counts", {}))
+
+    def _select(self, table: str, **where) -> pd.DataFrame:
+        clauses = ["run_id = $run_id"] + [f"{key} = ${key}" for key, value in where.items() if value is not None]
+        params = {"run_id": self.run_id, **{k: v for k, v in where.items() if v is not None}}
+        # table and column names are ours (fixed above), values are bound
+        return self.con.execute(f"select * from {table} where {' and '.join(clauses)}", params).df()
+
+    def docs(self) -> pd.DataFrame:
+        """One row per scored document: doc_id, label, pred, prob_pos, probs, n_tokens, n_words, truncated, text."""
+        return self._select("docs").sort_values("doc_id", ignore_index=True)
+
+    def words(self, method: str | None = None, layer: int | None = None, doc_id: str | None = None) -> pd.DataFrame:
+        """One row per document x method x layer x word (``score`` sums to 1 per document, method, layer)."""
+        frame = self._select("words", method=method, layer=layer, doc_id=doc_id)
+        return frame.sort_values(["doc_id", "method", "layer", "word_id"], ignore_index=True)
+
+    def errors(self) -> pd.DataFrame:
+        """The documents that could not be scored, with the stage and the reason."""
+        return self._select("errors")
+
+    def topk(
+        self, method: str | None = None, layer: int | None = None, k: int = 20, min_count: int = 1, by: str = "all"
+    ) -> pd.DataFrame:
+        """Top-k words by mean normalised score (``xai-ray topk``); method defaults to rollout if run."""
+        from xai_ray.query.top_words import topk
+
+        methods = self.manifest.get("config", {}).get("methods") or ["rollout"]
+        method = method or ("rollout" if "rollout" in methods else methods[0])
+        return topk(self.con._con, self.run_id, method, layer, k, min_count, by)  # its own named query
+
+    def report(self, out: str | Path | None = None) -> Page:
+        """The run's HTML report (``xai-ray report``), written to ``out`` (default: the run's report.html)."""
+        from xai_ray.report.page import build_report
+        from xai_ray.store.layout import run_dir
+
+        out = Path(out) if out is not None else run_dir(self.store, self.run_id) / "report.html"
+        return Page(build_report(self.store, self.run_id, out))
+
+    def chart(self, name: str):
+        """One of the report's charts (``REPORT_CHARTS``) as an ``alt.Chart``."""
+        return report_chart(name, self.store, self.run_id)
+
+    def _repr_html_(self) -> str:
+        counts = self.counts
+        return (
+            f"<p><b>xai-ray run {html.escape(self.run_id)}</b>: {counts.get('docs', 0)} documents scored, "
+            f"{counts.get('errors', 0)} errors; store {html.escape(str(self.store))}</p>"
+        )
+
+
+def report_chart(
+    name: str, store: str = "store", run_id: str | None = None, k: int | None = None, definition: str | None = None
+):
+    """A chart of the report, built by the report's own section builder: ``summary`` (confusion matrix),
+    ``headline``, ``explorer``, ``per_method``, ``per_class``, ``contrast``, ``layers``, ``agreement``.
+    Sections with several charts come back stacked (``alt.vconcat``)."""
+    import altair as alt
+
+    from xai_ray.report.page import BUILDERS, context, load_definition
+    from xai_ray.report.sections import Fragment
+    from xai_ray.store import remote
+
+    if name not in BUILDERS:
+        raise ConfigError(f"no report chart {name!r}; charts: {', '.join(sorted(BUILDERS))}")
+    ctx = context(remote.local_store(store), run_id, load_definition(definition), k)
+    section = BUILDERS[name](ctx)
+    charts = [item for item in (section.items if section else []) if not isinstance(item, Fragment)]
+    if not charts:
+        raise ConfigError(f"run {ctx.run_id!r} has no data for the {name!r} chart")
+    return charts[0] if len(charts) == 1 else alt.vconcat(*charts)
+
+
+def topk_chart(store: str = "store", run_id: str | None = None, k: int | None = None):
+    """The report's headline: top-k words across all reviews (main method, last layer)."""
+    return report_chart("headline", store, run_id, k)
+
+
+def confusion_chart(store: str = "store", run_id: str | None = None):
+    return report_chart("summary", store, run_id)
+
+
+def contrast_chart(store: str = "store", run_id: str | None = None, k: int | None = None):
+    """Words weighed more in positive than in negative predictions, and the reverse."""
+    return report_chart("contrast", store, run_id, k)
+
+
+def layers_chart(store: str = "store", run_id: str | None = None):
+    """Per-layer [CLS] curves and layer x word heatmaps of the report's example reviews."""
+    return report_chart("layers", store, run_id)
+
+
+def agreement_chart(store: str = "store", run_id: str | None = None):
+    """Per-review rank agreement between methods."""
+    return report_chart("agreement", store, run_id)
+
+
+@dataclass
+class Page:
+    """An HTML file shown inline in a notebook (sandboxed iframe, no network needed)."""
+
+    path: Path
+    height: int = 700
+
+    def _repr_html_(self) -> str:
+        return iframe(Path(self.path).read_text(encoding="utf-8"), self.height)
+
+
+def iframe(page: str, height: int) -> str:
+    # srcdoc takes the whole page as an attribute: escaped, so the review's text stays text
+    return (
+        f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:{int(height)}px;'
+        'border:1px solid #ddd" sandbox="allow-scripts"></iframe>'
+    )
+
+
+@dataclass
+class Explanation:
+    """One review explained: ``scores`` per method, layer and word; ``_repr_html_`` the explain page."""
+
+    text: str
+    pred: int
+    probs: list
+    scores: pd.DataFrame
+    page: str = field(repr=False)
+    height: int = 900
+
+    def save(self, out: str | Path) -> Path:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(self.page, encoding="utf-8")
+        return out
+
+    def _repr_html_(self) -> str:
+        return iframe(self.page, self.height)
+
+
+def explain(
+    text: str, model: str = "minilm", methods="raw,rollout,flow", max_length: int | None = None, **options
+) -> Explanation:
+    """Explain one review as ``xai-ray explain`` does (same checks, same page), without Ray."""
+    import xai_ray.report.explain as explain_module
+    from xai_ray import config as config_module
+
+    if not isinstance(methods, str):
+        methods = ",".join(methods)
+    cfg = config_module.resolve(
+        None,
+        {"model": model, "methods": methods, "max_length": max_length or explain_module.DEFAULT_MAX_LENGTH, **options},
+    )
+    page, row = explain_module.explain_page(text, cfg.model, cfg.max_length, cfg.methods, cfg.attention_options)
+    return Explanation(
+        text=text,
+        pred=row["pred"],
+        probs=list(row["probs"]),
+        page=page,
+        scores=explain_module.scores_frame(row, cfg.methods),
+    )

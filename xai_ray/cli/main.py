@@ -1,0 +1,78 @@
+"""``xai-ray``: the entry point. Global flags here; each group of commands brings its own parsers
+(``scoring``: run, evaluate, finetune; ``reading``: sql, topk, report, explain; ``jobs``: nightly,
+submit, schedule).
+
+Problems a user can fix (a wrong path, an offline Hub id, a bad option) end with one
+sentence on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from xai_ray import __version__
+from xai_ray.cli import jobs, reading, scoring
+from xai_ray.config import ConfigError
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from xai_ray.data.corpus import CorpusError
+    from xai_ray.model.loading import ModelError
+    from xai_ray.query.connection import QueryError
+    from xai_ray.store import StoreError
+    from xai_ray.train.finetune import FinetuneError
+
+    return (ConfigError, CorpusError, ModelError, QueryError, StoreError, FinetuneError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xai-ray", description="Corpus-scale attention explanations on Ray.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr (default: off)")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress bars or lines: warnings, errors and the result only (default: off)",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    scoring.add_parsers(sub)
+    reading.add_parsers(sub)
+    jobs.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from xai_ray import progress
+
+    progress.configure(quiet=args.quiet)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        return COMMANDS[args.command](args)
+    except _user_errors() as err:
+        print(f"xai-ray: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, like coreutils (128 + SIGPIPE), and point
+        # stdout at /dev/null so the interpreter's last flush cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except OSError as err:
+        if err.filename is None:  # not about a path the user named: a real fault, keep its traceback
+            raise
+        # a path of the user's (--store, --out, --log, ...) the system refused: one sentence
+        print(
+            f"xai-ray: cannot use {str(err.filename)!r}: {(err.strerror or type(err).__name__).lower()}",
+            file=sys.stderr,
+        )
+        return 2
+
+
+COMMANDS = {**scoring.COMMANDS, **reading.COMMANDS, **jobs.COMMANDS}

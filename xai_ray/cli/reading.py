@@ -1,0 +1,261 @@
+"""The commands that read a store or explain one review: ``sql``, ``topk``, ``report`` and ``explain``
+(parsers, commands, and how rows are printed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from xai_ray.cli import flags
+from xai_ray.config import ConfigError
+
+TABLE_ROWS = 500
+
+
+def add_parsers(sub) -> None:
+    sql = sub.add_parser("sql", help="run SQL over the store's views (read-only)")
+    sql.add_argument("query", help="one SQL statement over runs, docs, tokens, words, errors, faithfulness, heads")
+    flags.add_store(sql)
+    add_format(sql)
+    add_limits(sql)
+
+    top = sub.add_parser("topk", help="top-k words of a run by mean length-fair score, with 95% intervals")
+    flags.add_store(top)
+    flags.add_run_id(top)
+    top.add_argument("--method", default="rollout", help="the method ranked (default: rollout)")
+    top.add_argument("--layer", type=int, help="1-based layer (default: the model's last layer)")
+    top.add_argument("--k", type=int, default=20, help="words listed per group (default: 20)")
+    top.add_argument(
+        "--stat",
+        choices=["lift", "share"],
+        default="lift",
+        help="lift: share x words in the review, 1 = even spread (default); share: the old mean share",
+    )
+    top.add_argument(
+        "--min-docs",
+        type=int,
+        dest="min_docs",
+        help="distinct documents a word needs (default: documents // 50, between 2 and 50)",
+    )
+    top.add_argument(
+        "--min-count",
+        type=int,
+        default=1,
+        dest="min_count",
+        help="leave out words seen fewer times than this (default: 1)",
+    )
+    top.add_argument(
+        "--exclude", default="", help="word classes to leave out: punct, stop, or punct,stop (default: none)"
+    )
+    top.add_argument(
+        "--by",
+        choices=["all", "label", "pred", "correct"],
+        default="all",
+        help="one ranking, or one per true class, predicted class or correctness (default: all)",
+    )
+    add_format(top)
+    add_limits(top)
+
+    rep = sub.add_parser("report", help="write a self-contained HTML report of a run")
+    flags.add_store(rep)
+    flags.add_run_id(rep)
+    rep.add_argument("--out", required=True, help="the HTML file to write (required)")
+    rep.add_argument("--k", type=int, help="words per top-k chart (default: the definition's k, 20)")
+    rep.add_argument("--definition", help="report definition YAML (default: reports/default.yaml)")
+    rep.add_argument(
+        "--format",
+        choices=["html", "png", "svg"],
+        default="html",
+        help="png/svg: also write every chart as an image file into --charts-dir (default: html)",
+    )
+    rep.add_argument(
+        "--charts-dir", dest="charts_dir", help="where chart images go (default: <out without .html>-charts/)"
+    )
+    flags.add_quiet(rep)
+
+    exp = sub.add_parser("explain", help="one review in depth: every layer's and head's attention, one HTML page")
+    exp.add_argument("text", nargs="?", help="the review to explain (or --store with --doc-id)")
+    exp.add_argument(
+        "--model",
+        help="Hub id, local model folder, or 'minilm' (required for a text; default with --doc-id: the run's)",
+    )
+    exp.add_argument("--store", help="a store holding the review (with --doc-id; default: none)")
+    exp.add_argument("--doc-id", dest="doc_id", help="the stored review's id (default: none)")
+    exp.add_argument("--run", dest="run_id", help="the run it was scored in (default: the newest)")
+    exp.add_argument("--out", required=True, help="the HTML page to write (required)")
+    exp.add_argument("--max-length", type=int, dest="max_length", help="tokens kept (default 256; --doc-id: the run's)")
+    exp.add_argument(
+        "--methods", help="comma-separated, from: raw, rollout, flow (default raw,rollout,flow; --doc-id: the run's)"
+    )
+    exp.add_argument(
+        "--allow-pickle",
+        dest="allow_pickle",
+        action="store_true",
+        help="load pickled weights (pytorch_model.bin): they can run code (default: off)",
+    )
+    exp.add_argument(
+        "--trust-remote-code",
+        dest="trust_remote_code",
+        action="store_true",
+        help="run the model folder's own code, after you have read it (default: off)",
+    )
+
+
+def add_format(parser) -> None:
+    parser.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help=f"table (default) shows the first {TABLE_ROWS} rows; csv and json stream every row",
+    )
+
+
+def add_limits(parser) -> None:
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before the query is stopped (default 60)")
+    parser.add_argument("--memory-limit", dest="memory_limit", default="2GB", help="DuckDB memory_limit (default 2GB)")
+    parser.add_argument("--threads", type=int, default=2, help="DuckDB threads (default 2)")
+
+
+def limits_of(args):
+    from xai_ray.query.connection import Limits
+
+    if not args.timeout > 0 or args.threads < 1:
+        raise ConfigError(f"--timeout must be > 0 and --threads >= 1, got {args.timeout:g} and {args.threads}")
+    return Limits(memory_limit=args.memory_limit, threads=args.threads, timeout_s=args.timeout)
+
+
+def cmd_sql(args) -> int:
+    from xai_ray.query.connection import open_store
+    from xai_ray.query.user_sql import stream_sql
+    from xai_ray.store.remote import local_store
+
+    limits = limits_of(args)
+    con = open_store(local_store(args.store), limits=limits)
+    _print(stream_sql(con, args.query, limits.timeout_s), args.format)
+    return 0
+
+
+def cmd_topk(args) -> int:
+    from xai_ray.query.connection import open_store
+    from xai_ray.query.top_words import topk
+    from xai_ray.query.user_sql import limited
+    from xai_ray.store.remote import local_store
+
+    limits = limits_of(args)
+    con = open_store(local_store(args.store), limits=limits)
+    with limited(con, limits.timeout_s):
+        frame = topk(
+            con,
+            args.run_id,
+            args.method,
+            args.layer,
+            args.k,
+            args.min_count,
+            args.by,
+            stat=args.stat,
+            min_docs=args.min_docs,
+            exclude=args.exclude,
+        )
+    _print([frame], args.format)
+    return 0
+
+
+def cmd_report(args) -> int:
+    from pathlib import Path
+
+    from xai_ray.report.page import build_report
+    from xai_ray.store.remote import local_store
+
+    if args.format == "html" and args.charts_dir:
+        raise ConfigError("--charts-dir needs --format png or svg")
+    charts_dir = None
+    if args.format != "html":  # the charts as image files too, next to the report unless told where
+        charts_dir = Path(args.charts_dir or Path(args.out).with_suffix("").as_posix() + "-charts")
+
+    print(
+        build_report(
+            local_store(args.store),
+            args.run_id,
+            args.out,
+            k=args.k,
+            definition=args.definition,
+            charts_dir=charts_dir,
+            fmt=args.format,
+        )
+    )
+    if charts_dir is not None:
+        print(f"charts: {charts_dir}")
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from xai_ray.report import explain
+
+    if (args.text is None) == (args.doc_id is None):
+        raise ConfigError("explain takes a review text or --store with --doc-id, exactly one of them")
+    if args.doc_id is not None:
+        if not args.store:
+            raise ConfigError("--doc-id needs --store, the store holding the review")
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+        out = explain.explain_stored(
+            args.store, args.doc_id, args.out, args.run_id, args.model, args.max_length, methods
+        )
+    else:
+        if not args.model:
+            raise ConfigError("explain needs --model for a text given on the command line")
+        methods = [m.strip() for m in (args.methods or ",".join(explain.DEFAULT_METHODS)).split(",") if m.strip()]
+        from xai_ray.config import resolve
+
+        # the run config's own checks: known methods, a sane max_length
+        cfg = resolve(
+            None,
+            {
+                "model": args.model,
+                "methods": ",".join(methods),
+                "max_length": args.max_length or explain.DEFAULT_MAX_LENGTH,
+            },
+        )
+        safety = {"allow_pickle": args.allow_pickle, "trust_remote_code": args.trust_remote_code}
+        out = explain.explain_text(
+            args.text, args.model, args.out, cfg.max_length, cfg.methods, {**cfg.attention_options, **safety}
+        )
+    print(f"{out} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+def _print(frames, fmt: str) -> None:
+    """Print DataFrames as they come (a stream of record batches): csv and json write every row
+    without holding them all; a table is aligned, so it shows the first ``TABLE_ROWS``."""
+    if fmt == "csv":
+        for number, frame in enumerate(frames):
+            frame.to_csv(sys.stdout, index=False, header=number == 0)
+    elif fmt == "json":
+        opened = False
+        for frame in frames:
+            for record in json.loads(frame.to_json(orient="records")):
+                sys.stdout.write(",\n " if opened else "[\n ")
+                sys.stdout.write(json.dumps(record, indent=1).replace("\n", "\n "))
+                opened = True
+        sys.stdout.write("\n]\n" if opened else "[]\n")
+    else:
+        _print_table(frames)
+    sys.stdout.flush()
+
+
+def _print_table(frames) -> None:
+    import pandas as pd
+
+    shown, more = [], False
+    for frame in frames:
+        shown.append(frame)
+        if sum(len(f) for f in shown) > TABLE_ROWS:
+            more = True
+            break
+    frame = pd.concat(shown, ignore_index=True).head(TABLE_ROWS) if shown else pd.DataFrame()
+    with pd.option_context("display.max_columns", 50, "display.width", 160):
+        print(frame.to_string(index=False) if not frame.empty else "(no rows)")
+    if more:
+        print(f"(first {TABLE_ROWS} rows shown; --format csv or json prints every row)")
+
+
+COMMANDS = {"sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "explain": cmd_explain}

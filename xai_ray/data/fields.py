@@ -1,0 +1,129 @@
+"""Ids and labels read as text, exactly as the source wrote them; JSON read line by line.
+
+No library guesses a type on the way: a JSON number stays the digits that were written (a large
+integer id keeps every digit, ``007`` in a CSV stays ``007``, a null elsewhere in the column turns
+no id into ``1.0``). Decided here:
+
+- an id is text. The JSON number ``1`` and the string ``"1"`` are therefore the same id, and the
+  second row holding it is quarantined as a duplicate, with that said in its reason;
+- a label is a class number: an integer written as such (``1``, ``"1"``, ``-1``; ``1.0`` only
+  from a numeric Parquet column). Anything else (``1.5``, ``pos``, ``true``) is kept as the text
+  it was, for screening to quarantine with that text in the reason. Missing (null, an empty CSV
+  field) means unlabelled;
+- a JSONL line that is not JSON, or not an object, becomes a row of its own named ``line-N``
+  whose ``problem`` says what is wrong with line N.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import re
+
+import numpy as np
+import pandas as pd
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+class JsonNumber(str):
+    """A JSON number as written (``12345678901234567890``, ``1.50``): text, never a float."""
+
+
+def _number(literal: str) -> JsonNumber:
+    return JsonNumber(literal)
+
+
+def parse_json(text: str):
+    """``json.loads`` keeping every number (and NaN/Infinity) as the text it was written as."""
+    return json.loads(text, parse_int=_number, parse_float=_number, parse_constant=_number)
+
+
+def read_json_lines(text: str) -> pd.DataFrame:
+    """One row per non-blank line; a line that is not a JSON object is a row with a ``problem``."""
+    rows = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = parse_json(line)
+        except ValueError as err:
+            message = getattr(err, "msg", str(err))
+            rows.append(
+                _bad_line(number, f"line {number} is not valid JSON ({message} at column {getattr(err, 'colno', '?')})")
+            )
+            continue
+        if not isinstance(value, dict):
+            rows.append(_bad_line(number, f"line {number} is a JSON {_json_kind(value)}, not an object"))
+            continue
+        rows.append({**value, "__problem": None})
+    frame = pd.DataFrame(rows, dtype=object)  # object: no column inferred to a type, JsonNumber kept
+    return frame if "__problem" in frame else frame.assign(__problem=pd.Series(dtype=object))
+
+
+def read_json_array(text: str) -> pd.DataFrame:
+    """A ``.json`` file: an array of objects, each element a row (a non-object element is named by index)."""
+    value = parse_json(text)
+    if not isinstance(value, list):
+        raise ValueError(f"the file holds a JSON {_json_kind(value)}, not an array of objects")
+    rows = [
+        {**item, "__problem": None}
+        if isinstance(item, dict)
+        else _bad_line(i, f"element {i} is a JSON {_json_kind(item)}, not an object")
+        for i, item in enumerate(value)
+    ]
+    return pd.DataFrame(rows, dtype=object) if rows else pd.DataFrame({"__problem": []})
+
+
+def _bad_line(number: int, problem: str) -> dict:
+    return {"__line_id": f"line-{number}", "__problem": problem}
+
+
+def _json_kind(value) -> str:
+    if isinstance(value, JsonNumber):
+        return "number"
+    return {str: "string", bool: "boolean", list: "array", dict: "object", type(None): "null"}.get(type(value), "value")
+
+
+def missing(value) -> bool:
+    if value is None or value is pd.NA:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def id_text(value) -> tuple[str | None, str | None]:
+    """(the id as text, or None when missing; a problem with it, or None)."""
+    if missing(value):
+        return None, None
+    if isinstance(value, JsonNumber | str):
+        return str(value), None
+    if isinstance(value, bool | np.bool_):
+        return str(value), f"doc_id {value!r} is a boolean, not a string or number"
+    if isinstance(value, numbers.Integral):
+        return str(int(value)), None
+    if isinstance(value, float):  # only from a float Parquet column: its shortest exact text
+        return repr(value), None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace"), None
+    return json.dumps(value, default=str)[:80], f"doc_id is a {_json_kind(value)}, not a string or number"
+
+
+def label_value(value) -> tuple[int | None, str | None]:
+    """(the class number, or None; the label as written when it is not a class number, or None)."""
+    if missing(value):
+        return None, None
+    if isinstance(value, bool | np.bool_):
+        return None, str(bool(value)).lower()
+    if isinstance(value, numbers.Integral):
+        return int(value), None
+    if isinstance(value, float) and not isinstance(value, JsonNumber):  # a numeric Parquet column
+        return (int(value), None) if value.is_integer() else (None, repr(value))
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None, None
+        if _INTEGER.fullmatch(text):
+            return int(text), None
+        return None, str(value)
+    return None, str(value)

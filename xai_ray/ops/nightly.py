@@ -1,0 +1,318 @@
+"""``xai-ray nightly``: score what is new in a corpus once a night and publish a dated report.
+
+A document counts as scored when a nightly run of the same scoring key (model fingerprint,
+methods, attention options, max_length) holds its id with the sha256 of the same cleaned text.
+Each night the job
+
+1. takes a lock on ``STORE/.nightly.lock`` (a second run at once stops with a clear message);
+2. reads the corpus and keeps the documents that are new or whose text changed;
+3. scores them into one run, ``nightly-YYYY-MM-DD``, published in one rename (a run killed
+   half-way leaves only staging, so the next run scores those documents again); a night that
+   already has its run scores nothing;
+4. rebuilds the report over every nightly document of this key, each in its latest version
+   (``query.open_union``), into ``STORE/reports/YYYY-MM-DD/report.html`` with a "since last
+   night" section (and ``nightly.json``: the config, key, runs and versions behind it), and
+   points ``STORE/reports/latest`` at it.
+
+Documents that failed (the ``errors`` table) are tried again the next night. A store URI
+(``s3://...``) works through its local mirror (``xai_ray.store.remote``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import date as Date
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from xai_ray import pipeline, runtime
+from xai_ray.config import ConfigError, RunConfig
+from xai_ray.data.screening import screen
+from xai_ray.model.loading import describe_model
+from xai_ray.scoring.segments import resolve_mode
+from xai_ray.store import StoreError, remote
+from xai_ray.store import layout as store_layout
+
+log = logging.getLogger("xai_ray")
+PREFIX = "nightly-"
+REPORT = store_layout.REPORT
+
+
+class NightlyError(StoreError):
+    """The nightly job cannot go on; the message says why."""
+
+
+@dataclass
+class NightlyResult:
+    date: str
+    run_id: str
+    scored: int  # documents scored tonight (0: nothing new, or the night was already scored)
+    runs: list[str]  # the nightly runs the report covers, oldest first
+    report: Path
+    latest: Path
+    message: str
+    counts: dict | None = None  # tonight's run's docs / errors, when one was scored
+
+
+def parse_date(text: str | None) -> str:
+    if text is None:
+        return Date.today().isoformat()  # the machine's night, as cron sees it
+    try:
+        return Date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise ConfigError(f"--date must be YYYY-MM-DD, got {text!r}") from None
+
+
+def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> NightlyResult:
+    """One night: score the new documents of ``cfg.data`` into ``cfg.store`` and rebuild the report."""
+    date = parse_date(date)
+    local = Path(remote.local_store(cfg.store))
+    local.mkdir(parents=True, exist_ok=True)
+    run_id = PREFIX + date
+    with nightly_lock(local):
+        model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
+        key = scoring_key(cfg)
+        runs = matching_runs(local, key, date)
+        scored, published, counts = 0, run_id in store_layout.list_runs(local), None
+        if published and run_id not in runs:
+            raise NightlyError(
+                f"run {run_id!r} in {cfg.store!r} was scored with another model or options; "
+                "give each nightly configuration its own store"
+            )
+        if published:
+            message = f"night {date} is already scored (run {run_id}): nothing scored again"
+        else:
+            corpus = pipeline.read(cfg)
+            kept, rejected = screen(corpus, model["labels"])  # the same screening as `run`: first of two ids wins
+            new = new_documents(local, kept, runs)
+            if new.empty:
+                message = f"no new or changed documents among {len(corpus)}: nothing to score"
+            else:
+                counts = _score(cfg, local, run_id, new, rejected, len(corpus), runs, key, model)
+                runs, scored = [*runs, run_id], len(new)
+                message = f"scored {scored} new or changed documents of {len(corpus)} into run {run_id}"
+        log.info("nightly %s: %s", date, message)
+        if not runs:
+            raise NightlyError(f"nothing scored yet in {cfg.store!r} and nothing to score in {cfg.data!r}")
+        report = build_report(local, runs, date, definition, run_id if run_id in runs else None)
+        (report.parent / "nightly.json").write_text(
+            json.dumps(
+                {
+                    "date": date,
+                    "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "message": message,
+                    "scored": scored,
+                    "runs": runs,
+                    "key": key,
+                    "config": cfg.to_dict(),
+                    "versions": runtime.versions(),
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        latest = point_latest(local, date)
+        if remote.is_uri(cfg.store):
+            remote.push_tree(local, report.parent, cfg.store)
+            remote.push_text(
+                cfg.store,
+                f"{store_layout.reports_dir(Path()).as_posix()}/latest/{REPORT}",
+                _redirect(f"../{date}/{REPORT}"),
+            )
+    return NightlyResult(date, run_id, scored, runs, report, latest, message, counts)
+
+
+@contextmanager
+def nightly_lock(folder: Path):
+    """An exclusive, non-blocking flock on ``folder/.nightly.lock``; released when the process ends,
+    however it ends, so a killed run never blocks the next one."""
+    path = store_layout.nightly_lock(folder)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown process"
+        os.close(fd)
+        raise NightlyError(
+            f"another nightly run is writing store {str(folder)!r} ({holder}); it holds the lock until it ends"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode(), 0)
+        yield
+    finally:
+        os.ftruncate(fd, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def scoring_key(cfg: RunConfig) -> dict:
+    """What makes two scores of a document comparable: the weights and the method options.
+    The fingerprint needs the weights, so the model is loaded once here (CPU, no Ray)."""
+    from xai_ray.model.loading import load_model
+
+    loaded = load_model(
+        cfg.model, allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code, seed=cfg.seed
+    )
+    key = {
+        "fingerprint": loaded.info["fingerprint"],
+        "methods": sorted(cfg.methods),
+        "attention": cfg.attention_options,
+        "max_length": cfg.max_length,
+    }
+    return {**key, **long_text_key(resolve_mode(cfg.long_text, cfg.model), cfg.window_stride)}
+
+
+def long_text_key(mode: str | None, stride) -> dict:
+    """Long reviews enter the key only when not cut at the head, so runs made before the choice existed match."""
+    return {} if mode in (None, "head") else {"long_text": mode, "window_stride": stride}
+
+
+def manifest_key(manifest: dict) -> dict:
+    config = manifest.get("config", {})
+    key = {
+        "fingerprint": manifest.get("model", {}).get("fingerprint"),
+        "methods": sorted(config.get("methods", [])),
+        "attention": manifest.get("attention"),
+        "max_length": config.get("max_length"),
+    }
+    mode = config.get("long_text")
+    return {
+        **key,
+        **long_text_key(resolve_mode(mode, config.get("model")) if mode else None, config.get("window_stride")),
+    }
+
+
+def matching_runs(local: Path, key: dict, through: str) -> list[str]:
+    """Published nightly runs of this key dated ``through`` or earlier, oldest first."""
+    from xai_ray.query.connection import open_store, run_named
+
+    found = run_named(open_store(local), "nightly_runs", prefix=PREFIX)
+    runs = []
+    for row in found.itertuples():
+        night = row.run_id[len(PREFIX) :]
+        try:
+            Date.fromisoformat(night)
+        except ValueError:
+            continue  # not a nightly id of ours
+        if night <= through and manifest_key(json.loads(row.manifest)) == key:
+            runs.append(row.run_id)
+    return sorted(runs)
+
+
+def new_documents(local: Path, corpus: pd.DataFrame, runs: list[str]) -> pd.DataFrame:
+    """Corpus rows whose id is unscored, or scored with another text (sha256 of the cleaned text)."""
+    from xai_ray.query.connection import open_union, run_named
+
+    if not runs:
+        return corpus.reset_index(drop=True)
+    label = "nightly-known"
+    scored = run_named(open_union(local, runs, label), "nightly_doc_ids", run_id=label)
+    known = dict(zip(scored.doc_id, scored.text_sha256))
+    digests = [hashlib.sha256((t if isinstance(t, str) else "").encode()).hexdigest() for t in corpus.text]
+    keep = [known.get(doc_id) != digest for doc_id, digest in zip(corpus.doc_id, digests)]
+    return corpus[keep].reset_index(drop=True)
+
+
+def _score(
+    cfg: RunConfig,
+    local: Path,
+    run_id: str,
+    new: pd.DataFrame,
+    rejected: pd.DataFrame,
+    n_corpus: int,
+    runs: list[str],
+    key: dict,
+    model: dict,
+) -> dict:
+    """Tonight's run, through the pipeline's one publishing path: the new documents scored, tonight's
+    rejected rows recorded as errors (they are tried again every night until they pass). Returns the
+    run's counts (docs, errors, ...)."""
+    night = {
+        "corpus_documents": n_corpus,
+        "scored_documents": len(new),
+        "rejected_documents": len(rejected),
+        "earlier_runs": runs,
+        "key": key,
+    }
+    run_cfg = replace(
+        cfg,
+        store=str(local),
+        run_id=run_id,
+        report=False,
+        extra={**cfg.extra, "nightly": night, **({"store_uri": cfg.store} if remote.is_uri(cfg.store) else {})},
+    )
+    log.info("nightly: scoring %d new or changed documents of %d", len(new), n_corpus)
+    manifest = pipeline.publish(new, rejected, run_cfg, n_input=len(new) + len(rejected), model=model).manifest
+    if remote.is_uri(cfg.store):
+        remote.push_run(local, cfg.store, run_id)
+    return manifest["counts"]
+
+
+def build_report(local: Path, runs: list[str], date: str, definition, tonight: str | None) -> Path:
+    """The report over every nightly document (``runs``, oldest first) as of ``date``, with the
+    state before ``date`` for the "since last night" section."""
+    from xai_ray.query.connection import open_union
+    from xai_ray.report import page as report
+
+    before = [r for r in runs if r[len(PREFIX) :] < date]
+    label, then_label = f"nightly {date}", "last night"
+    then = open_union(local, before, then_label) if before else None
+    spec = report.load_definition(definition) if not isinstance(definition, dict) else dict(definition)
+    sections = [s for s in spec["sections"] if s != "since_last_night"]
+    spec["sections"] = sections[:1] + ["since_last_night"] + sections[1:]  # right after the summary
+    previous = _previous_night(local, date, before)
+    out = store_layout.night_report(local, date)
+    extra = {
+        "nightly": {
+            "date": date,
+            "previous_date": previous,
+            "then": then,
+            "then_label": then_label,
+            "tonight_run": tonight,
+        }
+    }
+    return report.build_report(local, label, out, definition=spec, con=open_union(local, runs, label), extra=extra)
+
+
+def _previous_night(local: Path, date: str, before: list[str]) -> str | None:
+    """The last night before ``date`` that has a report (or, failing that, a run)."""
+    nights = [p.name for p in store_layout.reports_dir(local).glob("????-??-??") if p.name < date]
+    nights += [r[len(PREFIX) :] for r in before]
+    return max(nights) if nights else None
+
+
+def point_latest(local: Path, date: str) -> Path:
+    """``reports/latest`` -> ``reports/<date>`` (a relative symlink swapped in atomically), unless a
+    later night's report exists; where symlinks cannot be made, ``latest/report.html`` redirects."""
+    reports = store_layout.reports_dir(local)
+    latest = reports / "latest"
+    nights = sorted(p.name for p in reports.glob("????-??-??") if (p / REPORT).is_file())
+    if nights and nights[-1] > date:
+        return latest  # a past night was rebuilt: latest stays on the newest
+    temporary = reports / ".latest.tmp"
+    try:
+        if temporary.is_symlink() or temporary.exists():
+            temporary.unlink()
+        os.symlink(date, temporary)
+        os.replace(temporary, latest)
+    except OSError:
+        latest.mkdir(parents=True, exist_ok=True)
+        (latest / REPORT).write_text(_redirect(f"../{date}/{REPORT}"), encoding="utf-8")
+    return latest
+
+
+def _redirect(target: str) -> str:
+    return (
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='0; url={target}'>"
+        f"<title>latest nightly report</title></head><body><a href='{target}'>{target}</a></body></html>\n"
+    )

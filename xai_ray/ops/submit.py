@@ -1,0 +1,214 @@
+"""``xai-ray submit``: run a job on a Ray cluster through the Ray Jobs API.
+
+What ``ray job submit --working-dir . -- python -m jobs.<kind> --config <yaml>`` does, plus the
+checks a cluster run needs: the config is resolved here first (a typo fails in a second, not after
+the upload), its store must outlive the job (an absolute path or an object-store URI, never a
+path inside the job's temporary working directory), and a nightly job gets the submission id
+``xai-ray-nightly-YYYY-MM-DD``, which Ray refuses to reuse, so a second submission the same night
+is a no-op. The code travels as ``working_dir`` (the repository, without .venv, .git, stores and
+models); its dependencies are on the nodes already (cluster.yaml). Logs are streamed; the exit
+status is the job's: 0 when it SUCCEEDED, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from xai_ray.config import ConfigError
+
+KINDS = ("analyze", "finetune", "nightly")
+# Never uploaded: environments, VCS data, stores, models and build leftovers (Ray's own
+# defaults drop .git and .venv too; listing them keeps older Rays from shipping them).
+EXCLUDES = [
+    ".venv",
+    ".git",
+    "store",
+    "store-*",
+    "models",
+    "**/__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "reports/out",
+    "*.egg-info",
+    "build",
+    "report.html",
+]
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+class SubmitError(ConfigError):
+    """The job cannot be submitted as asked; the message says why."""
+
+
+def submit(
+    config: str,
+    address: str = "http://127.0.0.1:8265",
+    kind: str | None = None,
+    submission_id: str | None = None,
+    sets: list[str] | None = None,
+    date: str | None = None,
+    working_dir: str | None = None,
+    wait: bool = True,
+) -> int:
+    root = Path(working_dir).resolve() if working_dir else find_working_dir()
+    path = Path(config).resolve()
+    if not path.is_file():
+        raise SubmitError(f"config file {config!r} does not exist")
+    if not path.is_relative_to(root):
+        raise SubmitError(
+            f"config {config!r} lies outside the working directory {str(root)!r} that is shipped "
+            "to the cluster; put it under jobs/"
+        )
+    kind = kind or infer_kind(path)
+    check_config(path, kind, sets)
+    if kind == "nightly":
+        from xai_ray.ops.nightly import parse_date
+
+        date = parse_date(date)
+        submission_id = submission_id or f"xai-ray-nightly-{date}"
+    command = entrypoint(kind, path.relative_to(root).as_posix(), sets, date if kind == "nightly" else None)
+    client = connect(address)
+    if submission_id and _exists(client, submission_id):
+        return 0
+    runtime_env = {"working_dir": str(root), "excludes": EXCLUDES, "env_vars": {"PYTHONUNBUFFERED": "1"}}
+    try:
+        job = client.submit_job(
+            entrypoint=command,
+            runtime_env=runtime_env,
+            submission_id=submission_id,
+            metadata={"xai-ray-kind": kind, "config": path.relative_to(root).as_posix()},
+        )
+    except RuntimeError as err:
+        if submission_id and "already exists" in str(err):  # lost a race with another submitter
+            return 0 if _exists(client, submission_id) else 1
+        raise SubmitError(f"the cluster refused the job: {str(err).splitlines()[0]}") from None
+    print(f"submitted {kind} job {job} to {address}: {command}", flush=True)
+    if not wait:
+        return 0
+    return follow(client, job)
+
+
+def find_working_dir() -> Path:
+    """The repository holding ``jobs/__init__.py``: the current folder or a parent, else the package's."""
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents, Path(__file__).resolve().parents[2]):
+        if (folder / "jobs" / "__init__.py").is_file() and (folder / "xai_ray").is_dir():
+            return folder
+    raise SubmitError(
+        "no working directory with jobs/ and xai_ray/ found; run from the repository or pass --working-dir"
+    )
+
+
+def infer_kind(path: Path) -> str:
+    from xai_ray.config import read_yaml
+
+    if "nightly" in path.stem:
+        return "nightly"
+    return "finetune" if "base" in read_yaml(path) else "analyze"
+
+
+def check_config(path: Path, kind: str, sets: list[str] | None) -> None:
+    """Resolve the config here (errors surface before the upload) and refuse outputs that would
+    vanish with the job's temporary working directory."""
+    from xai_ray import config
+    from xai_ray.store import remote
+
+    if kind == "finetune":
+        from xai_ray.train import finetune
+
+        cfg = finetune.resolve(path, None, sets)
+        if remote.is_uri(cfg.out) or not Path(cfg.out).is_absolute():
+            raise SubmitError(
+                f"out {cfg.out!r} must be an absolute path on the cluster (the model folder and Ray "
+                "Train's checkpoints; on several nodes, a shared filesystem such as EFS)"
+            )
+        return
+    cfg = config.resolve(path, None, sets)
+    if not remote.is_uri(cfg.store) and not Path(cfg.store).is_absolute():
+        raise SubmitError(
+            f"store {cfg.store!r} is relative: in a submitted job it would land in the job's temporary "
+            "working directory; give an object-store URI or an absolute path on the cluster "
+            "(--set store=s3://bucket/xai-ray)"
+        )
+
+
+def entrypoint(kind: str, config_rel: str, sets: list[str] | None, date: str | None) -> str:
+    if kind not in KINDS:
+        raise SubmitError(f"--kind must be one of {', '.join(KINDS)}; got {kind!r}")
+    words = ["python", "-m", f"jobs.{kind}", "--config", config_rel]
+    for item in sets or []:
+        words += ["--set", item]
+    if date:
+        words += ["--date", date]
+    return shlex.join(words)
+
+
+def auth_headers() -> dict:
+    """The cluster's token (Ray's token authentication), from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH
+    or ~/.ray/auth_token; none when there is none (a cluster without token authentication)."""
+    token = os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if not token:
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+        token = path.read_text().strip() if path.is_file() else ""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def connect(address: str):
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address, headers=auth_headers())
+    except Exception as err:  # ConnectionError, AuthenticationError: one sentence, not a traceback
+        hint = (
+            "is the head up and the SSH tunnel open (`ray dashboard cluster.yaml`)?"
+            if "uthentica" not in str(err)
+            else "copy the cluster's token (`ray exec cluster.yaml 'cat ~/.ray/auth_token'`) to ~/.ray/auth_token "
+            "or RAY_AUTH_TOKEN"
+        )
+        raise SubmitError(f"cannot reach the Ray Jobs API at {address} ({type(err).__name__}): {hint}") from None
+
+
+def _exists(client, submission_id: str) -> bool:
+    try:
+        info = client.get_job_info(submission_id)
+    except RuntimeError as err:
+        if "does not exist" in str(err):
+            return False
+        raise SubmitError(f"cannot look up job {submission_id!r}: {str(err).splitlines()[0]}") from None
+    status = str(getattr(info.status, "value", info.status))
+    retry = (
+        ""
+        if status in ("PENDING", "RUNNING", "SUCCEEDED")
+        else f"; to run it again tonight, pass --submission-id {submission_id}-2"
+    )
+    print(f"job {submission_id} was already submitted ({status}): nothing submitted{retry}", flush=True)
+    return True
+
+
+def follow(client, job: str) -> int:
+    """Stream the job's logs until it ends; the exit status follows the job's."""
+    try:
+        asyncio.run(_tail(client, job))
+    except KeyboardInterrupt:
+        print(f"\nstopped following; the job goes on (`ray job stop {job}` stops it)", file=sys.stderr)
+        return 130
+    except Exception as err:  # the log stream broke: keep polling the status instead
+        print(f"log stream closed ({type(err).__name__}); waiting for the job to end", file=sys.stderr)
+    while (status := str(client.get_job_status(job).value)) not in TERMINAL:
+        time.sleep(2)
+    info = client.get_job_info(job)
+    reason = (info.message or "").splitlines()[0] if status != "SUCCEEDED" and info.message else ""
+    print(f"job {job}: {status}" + (f" ({reason})" if reason else ""), flush=True)
+    return 0 if status == "SUCCEEDED" else 1
+
+
+async def _tail(client, job: str) -> None:
+    async for chunk in client.tail_job_logs(job):
+        print(chunk, end="", flush=True)

@@ -1,0 +1,232 @@
+"""DuckDB over the store: views ``runs``, ``docs``, ``tokens``, ``words``, ``errors``, ``faithfulness``,
+``heads``, ``head_similarity``, and named queries.
+
+The connection is in memory and sandboxed once the views exist: it can open only the store's own
+Parquet files (each by its exact path: not the manifests, not a new file, not DuckDB's temp folder,
+which it does not get), cannot attach databases or install extensions, and its settings are
+locked. User SQL (``user_sql``) also passes the statement guard (``guard``), runs under a memory
+limit, a thread count and a timeout, and streams its rows in record batches; the top words are
+``top_words``'.
+Queries live one per file in ``xai_ray/query/sql``; every value is bound as a parameter.
+
+Why files and not Arrow datasets: serving the views over ``pyarrow.dataset`` objects would leave
+the connection no file access at all, but it would trade DuckDB's own Parquet reader (parallel,
+row-group pruning) for a Python-side scan on every query of every job; the exact-path sandbox
+gives the same reach (the store's Parquet parts, read only) with the native reader kept.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from xai_ray.store import layout as store_layout
+from xai_ray.store.schemas import RUNS
+from xai_ray.store.schemas import TABLES as SCHEMAS
+
+SQL_DIR = Path(__file__).parent / "sql"
+WORD_TOTALS = "word_totals"  # the aggregate stage's per-word sums (top_words.keep_word_totals)
+TABLES = ("docs", "errors", "tokens", "words", "faithfulness", "heads", "head_similarity")
+PARTITIONS = {
+    "docs": {"run_id": pa.string()},
+    "errors": {"run_id": pa.string()},
+    "tokens": {"run_id": pa.string(), "method": pa.string(), "layer": pa.int32()},
+    "words": {"run_id": pa.string(), "method": pa.string(), "layer": pa.int32()},
+    "faithfulness": {"run_id": pa.string()},
+    "heads": {"run_id": pa.string()},
+    "head_similarity": {"run_id": pa.string()},
+}
+
+
+class QueryError(ValueError):
+    """A query cannot run as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one user query may use: DuckDB's ``memory_limit`` and ``threads``, and seconds before
+    it is interrupted."""
+
+    memory_limit: str = "2GB"
+    threads: int = 2
+    timeout_s: float = 60.0
+
+
+def sql_text(name: str) -> str:
+    path = SQL_DIR / f"{name}.sql"
+    if not path.is_file():
+        raise QueryError(f"no named query {name!r}")
+    return path.read_text()
+
+
+def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the store's views, locked down unless ``sandbox=False``."""
+    root = Path(store).resolve()
+    if not root.is_dir():
+        raise QueryError(
+            f"store {str(store)!r} does not exist or is not a folder; run `xai-ray run --store {store}` first"
+        )
+    con = duckdb.connect(":memory:")
+    runs = [store_layout.run_dir(root, run_id) for run_id in store_layout.list_runs(root)]
+    readable = []
+    for table in TABLES:
+        files = sorted(str(f) for run in runs for f in (run / table).rglob("*.parquet"))
+        readable += files
+        if files:
+            con.execute(f"SET VARIABLE files_{table} = ?", [files])
+            con.execute(f"create view {table} as {sql_text(f'view_{table}')}")
+        else:
+            con.from_arrow(_empty(table)).create_view(table)
+    con.from_arrow(_runs_table(runs)).create_view("runs")
+    totals = [store_layout.aggregate_file(root, store_layout.run_id_of(run), WORD_TOTALS) for run in runs]
+    totals = sorted(str(f) for f in totals if f.is_file())
+    if totals:  # the runs' kept word totals (keep_word_totals): topk's fast path
+        readable += totals
+        con.execute("SET VARIABLE files_word_totals = ?", [totals])
+        con.execute(f"create view word_totals as {sql_text('view_word_totals')}")
+    if sandbox:
+        lock_down(con, readable, limits)
+    return con
+
+
+def lock_down(con, readable: list[str], limits: Limits | None = None) -> None:
+    """Allow opening exactly the files ``readable`` and nothing else, then lock the settings.
+
+    DuckDB lets SQL read and write its temp folder even with external access off, so the
+    connection gets none (a query over ``memory_limit`` then fails instead of spilling).
+    """
+    con.execute("SET temp_directory = ''")
+    con.execute("SET enable_progress_bar = false")  # it would draw on the terminal among printed rows
+    if limits is not None:
+        con.execute(f"SET memory_limit = '{_memory(limits.memory_limit)}'")  # SET takes no parameters
+        con.execute(f"SET threads = {int(limits.threads)}")
+    con.execute("SET allowed_directories = []")
+    con.execute("SET allowed_paths = ?", [readable])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def _memory(value: str) -> str:
+    import re
+
+    if not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", str(value).strip(), flags=re.IGNORECASE):
+        raise QueryError(f"--memory-limit must be a size such as 512MB or 4GB, got {value!r}")
+    return str(value).strip()
+
+
+def _empty(table: str) -> pa.Table:
+    schema = SCHEMAS[table]
+    for name, kind in PARTITIONS[table].items():
+        schema = schema.append(pa.field(name, kind))
+    return schema.empty_table()
+
+
+def _runs_table(run_dirs: list[Path]) -> pa.Table:
+    rows = []
+    for folder in run_dirs:
+        manifest = store_layout.read_manifest(folder / store_layout.MANIFEST)
+        config = manifest.get("config", {})
+        counts = manifest.get("counts", {})
+        rows.append(
+            {
+                "run_id": manifest["run_id"],
+                "created_at": manifest.get("created_at"),
+                "model": config.get("model"),
+                "model_fingerprint": manifest.get("model", {}).get("fingerprint"),
+                "data": config.get("data"),
+                "methods": ",".join(config.get("methods", [])),
+                "n_layers": manifest.get("model", {}).get("n_layers"),
+                "n_docs": counts.get("docs"),
+                "n_errors": counts.get("errors"),
+                "seconds": manifest.get("timings", {}).get("total_s"),
+                "manifest": json.dumps(manifest, sort_keys=True),
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=RUNS)
+
+
+def run_named(con, name: str, **params):
+    """Run ``sql/<name>.sql`` with bound parameters; returns a pandas DataFrame."""
+    return con.execute(sql_text(name), params).df()
+
+
+def pick_run(con, run_id: str | None) -> dict:
+    """The named run (or the newest one) as a dict of its ``runs`` row."""
+    runs = run_named(con, "runs_by_age")
+    if runs.empty:
+        raise QueryError("the store has no published runs yet")
+    if run_id is None:
+        return runs.iloc[-1].to_dict()
+    chosen = runs[runs.run_id == run_id]
+    if chosen.empty:
+        raise QueryError(f"no run {run_id!r} in the store; runs: {', '.join(runs.run_id)}")
+    return chosen.iloc[0].to_dict()
+
+
+def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool = True) -> duckdb.DuckDBPyConnection:
+    """The views of several published runs seen as one run named ``label`` (a nightly corpus).
+
+    Each document appears once, in the version of the latest run that scored it (``run_ids`` in
+    order, oldest first); ``source_run_id`` names that run. ``runs`` holds one row: the newest
+    run's manifest with the runs' counts summed and their ids under ``runs``.
+    """
+    root = Path(store).resolve()
+    if not run_ids:
+        raise QueryError("no runs to combine")
+    published = set(store_layout.list_runs(root))
+    missing = [run_id for run_id in run_ids if run_id not in published]
+    if missing:
+        raise QueryError(f"no run {missing[0]!r} in the store")
+    runs = [store_layout.run_dir(root, run_id) for run_id in run_ids]
+    con = duckdb.connect(":memory:")
+    con.execute("SET VARIABLE union_label = ?", [label])
+    con.execute("SET VARIABLE union_runs = ?", [list(run_ids)])
+    for table in ("docs", "errors", "tokens", "words", "faithfulness"):  # docs first: the others read it
+        files = sorted(str(f) for run in runs for f in (run / table).rglob("*.parquet"))
+        if files:
+            con.execute(f"SET VARIABLE files_{table} = ?", [files])
+            con.execute(f"create view {table} as {sql_text(f'union_{table}')}")
+        else:
+            con.from_arrow(_empty(table).append_column("source_run_id", pa.array([], pa.string()))).create_view(table)
+    for table in ("heads", "head_similarity"):
+        # Means over one run's reviews: they do not add up across runs, so a union shows none
+        # (each night's run keeps its own in the store's views).
+        con.from_arrow(_empty(table)).create_view(table)
+    con.from_arrow(_union_runs_row(runs, label)).create_view("runs")
+    if sandbox:
+        lock_down(con, [str(f) for run in runs for f in run.rglob("*.parquet")])
+    return con
+
+
+def _union_runs_row(run_dirs: list[Path], label: str) -> pa.Table:
+    rows = _runs_table(run_dirs).to_pylist()
+    newest = dict(rows[-1])
+    manifest = json.loads(newest["manifest"])
+    counts: dict = {}
+    for row in rows:
+        for key, value in json.loads(row["manifest"]).get("counts", {}).items():
+            counts[key] = counts.get(key, 0) + (value or 0)
+    timings = [json.loads(row["manifest"]).get("timings", {}) for row in rows]
+    score_s = sum(t.get("score_and_write_s") or 0 for t in timings)
+    manifest.update(
+        run_id=label,
+        counts=counts,
+        runs=[row["run_id"] for row in rows],
+        timings={
+            "score_and_write_s": round(score_s, 3),
+            "total_s": round(sum(t.get("total_s") or 0 for t in timings), 3),
+            "docs_per_s": round(counts.get("docs", 0) / score_s, 3) if score_s else None,
+        },
+    )
+    newest.update(
+        run_id=label,
+        n_docs=sum(r["n_docs"] or 0 for r in rows),
+        n_errors=sum(r["n_errors"] or 0 for r in rows),
+        seconds=sum(r["seconds"] or 0 for r in rows),
+        manifest=json.dumps(manifest, sort_keys=True),
+    )
+    return pa.Table.from_pylist([newest], schema=RUNS)

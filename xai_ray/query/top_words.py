@@ -1,0 +1,62 @@
+"""The top words of a run (``xai-ray topk``, the summary, the report): ranked as ``wordstats``
+defines them, from the word totals the aggregate stage keeps beside a run when it has them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xai_ray.query import wordstats
+from xai_ray.query.connection import WORD_TOTALS, QueryError, open_store, pick_run, run_named
+from xai_ray.store.aggregates import write_aggregate
+
+TOTALS_ROW_GROUP = 32_768
+
+
+def keep_word_totals(store: str | Path, run_id: str) -> Path:
+    """The aggregate stage's word totals (``sql/word_totals.sql``): one scan of the run's words,
+    kept beside it, so ``topk`` over all documents or by predicted class reads only these."""
+    frame = run_named(open_store(store), WORD_TOTALS, run_id=run_id).sort_values(["method", "layer", "word"])
+    # sorted by method and layer in small row groups: a top-k of one slice reads only its groups
+    return write_aggregate(store, run_id, WORD_TOTALS, {"query": WORD_TOTALS}, frame, row_group_size=TOTALS_ROW_GROUP)
+
+
+def _has_totals(con, run_id: str) -> bool:
+    if not run_named(con, "relation_exists", relation=WORD_TOTALS).found.iloc[0]:
+        return False
+    return bool(run_named(con, "run_has_word_totals", run_id=run_id).found.iloc[0])
+
+
+def topk(
+    con,
+    run_id: str | None = None,
+    method: str = "rollout",
+    layer: int | None = None,
+    k: int = 20,
+    min_count: int = 1,
+    by: str = "all",
+    *,
+    stat: str = "lift",
+    min_docs: int | None = None,
+    exclude=None,
+):
+    """Top-k words by mean per-document ``stat`` (``wordstats``), each row with its 95% interval
+    (ci_low, ci_high). ``layer`` defaults to the model's last layer, ``min_docs`` to
+    ``wordstats.default_min_docs`` of the run's documents; ``exclude``: "punct,stop" or a list."""
+    run = pick_run(con, run_id)
+    if method not in run["methods"].split(","):
+        raise QueryError(f"run {run['run_id']!r} has no method {method!r}; it has {run['methods']}")
+    if by not in ("all", "label", "pred", "correct"):
+        raise QueryError(f"--by must be all, label, pred or correct; got {by!r}")
+    layer = int(run["n_layers"]) if layer is None else int(layer)
+    if min_docs is None:
+        min_docs = wordstats.default_min_docs(int(run["n_docs"] or 0))
+    try:
+        stats = wordstats.query_params(stat, min_docs, min_count, exclude)
+    except wordstats.WordStatsError as err:
+        raise QueryError(str(err)) from None
+    params = {"run_id": run["run_id"], "method": method, "layer": layer, "k": int(k), **stats}
+    if by in ("all", "pred") and _has_totals(con, run["run_id"]):  # kept by the run's aggregate stage
+        return wordstats.add_interval(run_named(con, "topk_totals", by=by, **params))
+    if by == "all":
+        return wordstats.add_interval(run_named(con, "topk", **params))
+    return wordstats.add_interval(run_named(con, "topk_grouped", by=by, **params))

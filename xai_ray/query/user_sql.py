@@ -1,0 +1,100 @@
+"""SQL a user typed (``xai-ray sql``, ``open_store`` in a notebook): refused unless it only reads
+(``guard`` looks inside EXPLAIN, WITH, PIVOT and the like), run under a timeout, streamed in
+record batches so a large result never sits whole in memory."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+import duckdb
+
+from xai_ray.query.connection import QueryError
+from xai_ray.query.guard import RefusedStatement, check_reads
+
+
+def check_read_only(con, text: str) -> list:
+    """Refuse ``text`` unless every statement in it only reads (``guard`` looks inside EXPLAIN, WITH,
+    PIVOT and the like); returns its statements."""
+    try:
+        statements = con.extract_statements(text)
+        check_reads(con, text)
+    except RefusedStatement as err:
+        raise QueryError(
+            f"xai-ray sql runs read-only queries (select, with, from, pivot, describe, show, "
+            f"summarize, explain of those); refused {err}"
+        ) from None
+    except duckdb.Error as err:
+        raise QueryError(str(err).splitlines()[0]) from None
+    return statements
+
+
+def run_sql(con, text: str, timeout_s: float | None = None):
+    """User SQL (guarded, see ``stream_sql``) as one pandas DataFrame."""
+    import pandas as pd
+
+    frames = list(stream_sql(con, text, timeout_s))
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def stream_sql(con, text: str, timeout_s: float | None = None, batch_rows: int = 10_000) -> Iterator:
+    """User SQL as pandas DataFrames of at most ``batch_rows`` rows (at least one, maybe empty).
+
+    Only statements the guard finds to read run; each runs until ``timeout_s`` seconds have
+    passed, counted from its start to its last row, then ``con.interrupt()`` stops it.
+    """
+    statements = check_read_only(con, text)
+    if not statements:
+        raise QueryError("the query is empty")
+    # Every statement only reads, so the ones before the last change nothing: the last one prints.
+    yield from _stream_one(con, statements[-1].query, timeout_s, batch_rows)
+
+
+def _stream_one(con, query: str, timeout_s: float | None, batch_rows: int) -> Iterator:
+    reader = None
+    try:
+        with limited(con, timeout_s):
+            relation = con.sql(query)
+            if relation is None:
+                raise QueryError("the statement returned no rows to print")
+            reader = relation.to_arrow_reader(batch_rows)
+            empty = True
+            for batch in reader:
+                empty = False
+                yield batch.to_pandas()
+            if empty:
+                yield reader.schema.empty_table().to_pandas()
+    finally:
+        if reader is not None:
+            reader.close()
+
+
+@contextlib.contextmanager
+def limited(con, timeout_s: float | None):
+    """Run the block under ``timeout_s`` (``con.interrupt()`` from a timer); DuckDB's errors come
+    out as one sentence (the timeout and the memory limit named)."""
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        con.interrupt()
+
+    timer = threading.Timer(timeout_s, stop) if timeout_s else None
+    try:
+        if timer:
+            timer.start()
+        yield
+    except (duckdb.Error, OSError) as err:  # an interrupted Arrow stream raises OSError
+        if fired.is_set():
+            raise QueryError(f"the query ran past --timeout {timeout_s:g} s and was stopped") from None
+        if isinstance(err, duckdb.OutOfMemoryException):
+            limit = con.execute("select current_setting('memory_limit')").fetchone()[0]
+            raise QueryError(
+                f"the query needs more memory than --memory-limit allows (now {limit}); raise it, "
+                "or select fewer rows or columns"
+            ) from None
+        raise QueryError(str(err).splitlines()[0]) from None
+    finally:
+        if timer:
+            timer.cancel()

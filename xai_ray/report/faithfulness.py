@@ -1,0 +1,194 @@
+"""The report's faithfulness section: per method (and layer), the mean of every metric with a
+bootstrap 95% interval, next to the input x gradient baseline and the random floor.
+
+The per-document values come from ``sql/report_faithfulness.sql``; the bootstrap resamples
+documents (the same resamples for every method, so their intervals are comparable) and is
+seeded, so a report is reproducible. Its small result is kept beside the run by the pipeline's
+aggregate stage (``report.sections.KEPT``), so building the report stays flat as runs grow.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+
+from xai_ray.report import charts_faithfulness as charts
+from xai_ray.report.sections import Context, Fragment, Section
+from xai_ray.scoring.faithfulness import CURVES, GRADIENT, RANDOM
+from xai_ray.store.aggregates import read_aggregate
+
+SUMMARY = "faithfulness_bootstrap"  # the kept aggregate's name
+RESAMPLES = 1000
+SEED = 0
+HEADLINE = ["comprehensiveness_aopc", "sufficiency_aopc", "spearman_loo", "spearman_grad"]
+BETTER = {
+    "comprehensiveness_aopc": "higher",
+    "sufficiency_aopc": "lower",
+    "spearman_loo": "higher",
+    "spearman_grad": "higher",
+}
+CHUNK = 200  # resamples per matrix product: bounds memory at CHUNK x documents
+
+
+def bootstrap(values: pd.DataFrame, resamples: int = RESAMPLES, seed: int = SEED) -> pd.DataFrame:
+    """Mean and percentile-bootstrap 95% interval of each (method, layer, metric).
+
+    values: columns method, layer (NaN for the baselines), metric, doc_id, value. Documents are
+    resampled with replacement; a resample's mean of a metric averages the documents that have
+    it (with their multiplicity). Returns method, layer, metric, mean, lo, hi, n_docs.
+    """
+    columns = ["method", "layer", "metric", "mean", "lo", "hi", "n_docs"]
+    if values.empty:
+        return pd.DataFrame(columns=columns)
+    frame = values.assign(layer=values["layer"].fillna(0).astype(int))  # 0: no layer (pivot keys cannot be NaN)
+    wide = frame.pivot_table(index="doc_id", columns=["method", "layer", "metric"], values="value", aggfunc="first")
+    x = wide.to_numpy(dtype=np.float64)  # (D, G)
+    present = ~np.isnan(x)  # (D, G)
+    x = np.where(present, x, 0.0)
+    n_docs = x.shape[0]
+    rng = np.random.default_rng(seed)
+    means = []
+    for start in range(0, resamples, CHUNK):
+        picks = rng.integers(0, n_docs, size=(min(CHUNK, resamples - start), n_docs))  # (b, D)
+        weights = np.stack([np.bincount(row, minlength=n_docs) for row in picks]).astype(np.float64)  # (b, D)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means.append((weights @ x) / (weights @ present))  # (b, G)
+    resampled = np.concatenate(means)  # (B, G)
+    counts = present.sum(axis=0)  # (G,)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = x.sum(axis=0) / counts
+    out = pd.DataFrame(list(wide.columns), columns=["method", "layer", "metric"])
+    out["mean"] = mean
+    out["lo"] = np.nanpercentile(resampled, 2.5, axis=0)
+    out["hi"] = np.nanpercentile(resampled, 97.5, axis=0)
+    out["n_docs"] = counts
+    out["layer"] = out["layer"].where(out["layer"] > 0)  # back to NaN for the baselines
+    return out[columns]
+
+
+def summary_of(ctx: Context) -> pd.DataFrame:
+    """The bootstrap summary of the run: kept beside it, else computed and cached for keeping."""
+    params = {"resamples": RESAMPLES, "seed": SEED}
+    key = (SUMMARY, tuple(sorted(params.items())))
+    if key in ctx.cache:
+        return ctx.cache[key]
+    kept = read_aggregate(ctx.store, ctx.run_id, SUMMARY, params) if ctx.store else None
+    summary = kept if kept is not None else bootstrap(ctx.query("report_faithfulness"), **params)
+    if not summary.empty:  # a run without --evaluate keeps nothing
+        ctx.cache[key] = summary
+    return summary
+
+
+def order_methods(methods: list[str], run_methods: list[str]) -> list[str]:
+    """The run's attention methods in its order, then the gradient baseline, then the floor."""
+    found = set(methods)
+    return (
+        [m for m in run_methods if m in found]
+        + [m for m in (GRADIENT, RANDOM) if m in found]
+        + sorted(found - set(run_methods) - {GRADIENT, RANDOM})
+    )
+
+
+def faithfulness(ctx: Context) -> Section | None:
+    summary = summary_of(ctx)
+    if summary.empty:
+        return None  # the run was not evaluated (no --evaluate)
+    methods = order_methods(summary["method"].unique().tolist(), ctx.methods)
+    n_docs = int(summary["n_docs"].max())
+    items = [
+        charts.by_layer(
+            summary, HEADLINE, f"Faithfulness per layer, mean and 95% bootstrap interval ({n_docs} reviews)"
+        )
+    ]
+    curves = _curves(summary, ctx.last_layer)
+    if not curves.empty:
+        items.append(
+            charts.by_fraction(
+                curves,
+                list(CURVES),
+                f"Drop in predicted-class probability by share of tokens (attention methods at layer {ctx.last_layer})",
+            )
+        )
+    items.append(Fragment(_table(summary, methods)))
+    shares = ", ".join(f"{f:.0%}" for f in sorted(curves["fraction"].unique())) if not curves.empty else "-"
+    note = (
+        "Comprehensiveness: drop in the predicted class's probability when a method's top-ranked tokens "
+        f"({shares} of a review's tokens) are removed (higher = more faithful); sufficiency: the drop when only they are "
+        "kept (lower = more faithful); AOPC = mean over the shares. spearman_loo / spearman_grad: rank "
+        "correlation of the token scores with leave-one-out importance (token replaced by the mask token) "
+        "and with input x gradient (higher = agrees more). Dashed rules: the baselines, input x gradient "
+        "and a seeded random ranking (the floor), shaded by their 95% interval. Intervals: percentile "
+        f"bootstrap over reviews, {RESAMPLES} resamples. "
+        + _verdict(summary, ctx.last_layer, methods)
+        + _cost(ctx, n_docs)
+    )
+    return Section("faithfulness", "Faithfulness of each method", note, items)
+
+
+def _cost(ctx: Context, n_docs: int) -> str:
+    """The evaluation's actor seconds per review (gradient + perturbed forwards), from the manifest."""
+    seconds = ctx.manifest.get("timings", {}).get("actor_seconds", {})
+    spent = seconds.get("evaluate", 0.0) + seconds.get("gradient", 0.0)
+    return f" Cost: {spent / max(n_docs, 1):.2f} actor-seconds per review." if spent else ""
+
+
+def _curves(summary: pd.DataFrame, last_layer: int) -> pd.DataFrame:
+    """Per-fraction rows at the last layer and of the baselines, with the share split out."""
+    split = summary["metric"].str.extract(r"^(?P<curve>\w+)@(?P<fraction>[0-9.]+)$")
+    chosen = split["curve"].notna() & (summary["layer"].isna() | (summary["layer"] == last_layer))
+    frame = summary[chosen].assign(metric=split["curve"][chosen], fraction=split["fraction"][chosen].astype(float))
+    return frame
+
+
+def _verdict(summary: pd.DataFrame, last_layer: int, methods: list[str]) -> str:
+    """Which methods clear the random floor at the last layer: interval beyond the floor's."""
+    floor = summary[summary["method"] == RANDOM].set_index("metric")
+    cleared = []
+    for method in methods:
+        if method == RANDOM:
+            continue
+        mine = summary[(summary["method"] == method) & (summary["layer"].isna() | (summary["layer"] == last_layer))]
+        wins = [
+            row.metric
+            for row in mine.itertuples()
+            if row.metric in HEADLINE
+            and row.metric in floor.index
+            and _beats(row, floor.loc[row.metric], BETTER[row.metric])
+        ]
+        cleared.append(f"{method}: {len(wins)} of {len(mine[mine.metric.isin(HEADLINE)])}")
+    if floor.empty or not cleared:
+        return ""
+    return (
+        f"Headline metrics whose interval clears the random floor's (attention methods at layer {last_layer}): "
+        + "; ".join(cleared)
+        + "."
+    )
+
+
+def _beats(row, floor, better: str) -> bool:
+    return bool(row.lo > floor["hi"]) if better == "higher" else bool(row.hi < floor["lo"])
+
+
+def _table(summary: pd.DataFrame, methods: list[str]) -> str:
+    """Every (method, layer) x headline metric as 'mean [lo, hi]'; the floor's row in italics."""
+    head = "".join(f"<th>{html.escape(m)} ({BETTER[m]} is better)</th>" for m in HEADLINE)
+    rows = []
+    for method in methods:
+        mine = summary[summary["method"] == method]
+        for layer in sorted(mine["layer"].dropna().unique()) or [None]:
+            cells = mine[mine["layer"].isna()] if layer is None else mine[mine["layer"] == layer]
+            by_metric = cells.set_index("metric")
+            values = "".join(f"<td>{_cell(by_metric, m)}</td>" for m in HEADLINE)
+            style = " style='font-style:italic'" if method == RANDOM else ""
+            where = "" if layer is None else str(int(layer))
+            rows.append(f"<tr{style}><td>{html.escape(method)}</td><td>{where}</td>{values}</tr>")
+    return f"<table class='faithfulness'><tr><th>method</th><th>layer</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def _cell(by_metric: pd.DataFrame, metric: str) -> str:
+    if metric not in by_metric.index:
+        return "n/a"
+    row = by_metric.loc[metric]
+    return html.escape(f"{row['mean']:.3f} [{row['lo']:.3f}, {row['hi']:.3f}]")

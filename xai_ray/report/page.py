@@ -1,0 +1,279 @@
+"""One self-contained HTML report of a run: DuckDB aggregates in, Altair charts out.
+
+Vega, Vega-Lite and vega-embed are inlined (from vl-convert), so the file opens with no
+network. Charts are built from aggregates only (top-k per slice, histograms, a few example
+reviews), so the file's size does not grow with the corpus. Every piece of text from the data
+is escaped: a review is data, never markup. What the report shows is read from a report
+definition (``reports/default.yaml``; ``--definition PATH``); the sections themselves live in
+``report.sections``. ``export_charts`` writes the same charts as PNG or SVG files for slides.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+from pathlib import Path
+
+import yaml
+
+from xai_ray.config import ConfigError
+from xai_ray.query import wordstats
+from xai_ray.query.connection import open_store, pick_run, run_named
+from xai_ray.report import charts
+from xai_ray.report.outputs import check_target, write_page
+from xai_ray.report.sections import BUILDERS, KEPT, Context, Fragment, Section
+from xai_ray.store.aggregates import write_aggregate
+
+DEFAULT_DEFINITION = Path(__file__).resolve().parents[2] / "reports" / "default.yaml"
+# The same values as reports/default.yaml (a test keeps them equal), for installs without it.
+DEFAULTS = {
+    "k": 20,
+    "stat": "lift",
+    "min_docs": "auto",
+    "min_count": 1,
+    "exclude": ["punct"],
+    "main_method": "auto",
+    "sections": list(BUILDERS),
+    "examples": {"min_tokens": 20, "pick": "shortest", "max_words": 60},
+    "highlight": {"methods": ["raw", "rollout", "flow"], "layer": "last"},
+    "agreement": {"bins": 20, "max_docs": 2000},
+}
+FORMATS = ("png", "svg")
+
+
+def load_definition(path: str | Path | None = None) -> dict:
+    """The report definition at ``path`` (default: reports/default.yaml) over ``DEFAULTS``, checked."""
+    definition = copy.deepcopy(DEFAULTS)
+    source = Path(path) if path else DEFAULT_DEFINITION
+    if path and not source.is_file():
+        raise ConfigError(f"report definition {str(path)!r} does not exist")
+    given = (yaml.safe_load(source.read_text()) or {}) if source.is_file() else {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"report definition {str(source)!r} must be a mapping of keys to values")
+    for key, value in given.items():
+        if key not in DEFAULTS:
+            raise ConfigError(f"report definition: unknown key {key!r}; known: {', '.join(DEFAULTS)}")
+        if isinstance(DEFAULTS[key], dict):
+            if not isinstance(value, dict) or set(value) - set(DEFAULTS[key]):
+                raise ConfigError(f"report definition: {key!r} takes the keys {', '.join(DEFAULTS[key])}")
+            definition[key].update(value)
+        else:
+            definition[key] = value
+    _check(definition)
+    return definition
+
+
+def _check(d: dict) -> None:
+    unknown = [s for s in d["sections"] if s not in BUILDERS]
+    if unknown:
+        raise ConfigError(f"report definition: unknown sections {unknown}; known: {', '.join(BUILDERS)}")
+    if not (isinstance(d["k"], int) and d["k"] >= 1):
+        raise ConfigError("report definition: k must be a positive integer")
+    if d["min_count"] != "auto" and not (isinstance(d["min_count"], int) and d["min_count"] >= 1):
+        raise ConfigError("report definition: min_count must be a positive integer")
+    if d["min_docs"] != "auto" and not (isinstance(d["min_docs"], int) and d["min_docs"] >= 1):
+        raise ConfigError("report definition: min_docs must be 'auto' or a positive integer")
+    try:
+        wordstats.check_stat(d["stat"])
+        wordstats.parse_exclude(d["exclude"] if isinstance(d["exclude"], (list, str)) else [d["exclude"]])
+    except wordstats.WordStatsError as err:
+        raise ConfigError(f"report definition: {err}".replace("--", "")) from None
+    if d["examples"]["pick"] not in ("shortest", "confident"):
+        raise ConfigError("report definition: examples.pick must be 'shortest' or 'confident'")
+    if d["highlight"]["layer"] != "last" and not isinstance(d["highlight"]["layer"], int):
+        raise ConfigError("report definition: highlight.layer must be 'last' or a layer number")
+
+
+def context(
+    store: str | Path, run_id: str | None, definition: dict, k: int | None = None, con=None, extra: dict | None = None
+) -> Context:
+    """Open the store, pick the run and settle k, min_count and the main method. ``con``: an open
+    connection to report on instead (e.g. ``query.open_union``: aggregates kept beside a run are
+    then not used); ``extra``: data for sections that need more than the store (nightly changes)."""
+    given = con is not None
+    con = con if given else open_store(store)
+    run = pick_run(con, run_id)
+    manifest = json.loads(run["manifest"])
+    summary = run_named(con, "summary", run_id=run["run_id"]).iloc[0].to_dict()
+    methods = run["methods"].split(",")
+    main = definition["main_method"]
+    if main == "auto":
+        main = "rollout" if "rollout" in methods else methods[0]
+    elif main not in methods:
+        raise ConfigError(f"report definition: main_method {main!r} is not in the run's methods {methods}")
+    min_docs = definition["min_docs"]
+    if min_docs == "auto":  # the one default of CLI, summary, report and nightly
+        min_docs = wordstats.default_min_docs(int(summary["n_docs"] or 0))
+    min_count = 1 if definition["min_count"] == "auto" else definition["min_count"]  # support is min_docs now
+    labels = {int(key): value for key, value in manifest.get("model", {}).get("labels", {}).items()}
+    return Context(
+        con=con,
+        run=run,
+        manifest=manifest,
+        summary=summary,
+        definition=definition,
+        labels=labels,
+        methods=methods,
+        main_method=main,
+        last_layer=int(run["n_layers"]),
+        k=int(k or definition["k"]),
+        min_count=int(min_count),
+        min_docs=int(min_docs),
+        stat=definition["stat"],
+        exclude=wordstats.parse_exclude(definition["exclude"]),
+        store=None if given else Path(store),
+        extra=dict(extra or {}),
+    )
+
+
+def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dict | None = None) -> list[Path]:
+    """The pipeline's aggregate stage: run the report's corpus-wide queries once, for the default
+    (or given) definition, and keep their small results beside the run (``store.write_aggregate``).
+    A report with other parameters recomputes what it needs from the views."""
+    if not isinstance(definition, dict):
+        definition = load_definition(definition)
+    ctx = context(store, run_id, definition, None)
+    ctx.store = None  # compute from the views, not from what an earlier call kept
+    build_sections(ctx, "aggregates")
+    kept = []
+    for (name, params), frame in ctx.cache.items():
+        if name in KEPT:
+            kept.append(write_aggregate(store, ctx.run_id, name, dict(params), frame))
+    return kept
+
+
+def build_sections(ctx: Context, what: str = "report") -> list[Section]:
+    """The definition's sections in order, skipping those whose data the run lacks."""
+    from xai_ray.progress import Progress
+
+    sections = []
+    with Progress(len(ctx.definition["sections"]), what, "sections") as bar:
+        for name in ctx.definition["sections"]:
+            section = BUILDERS[name](ctx)
+            if section is not None:
+                sections.append(section)
+            bar.update(1)
+    return sections
+
+
+def build_report(
+    store: str | Path,
+    run_id: str | None,
+    out: str | Path,
+    k: int | None = None,
+    definition: str | Path | dict | None = None,
+    charts_dir: str | Path | None = None,
+    fmt: str = "png",
+    con=None,
+    extra: dict | None = None,
+) -> Path:
+    """Write the report of ``run_id`` (default: newest run) to ``out``; returns its path. With
+    ``charts_dir``, also write every chart there as ``fmt`` (png or svg) from the same queries.
+    ``con`` and ``extra``: see ``context``."""
+    out = check_target(out)  # before the work: a folder given as --out is refused at once
+    if not isinstance(definition, dict):
+        definition = load_definition(definition)
+    ctx = context(store, run_id, definition, k, con=con, extra=extra)
+    sections = build_sections(ctx)
+    write_page(out, _page(ctx, sections))
+    if charts_dir is not None:
+        _write_charts(sections, Path(charts_dir), fmt)
+    return out
+
+
+def export_charts(
+    store: str | Path,
+    run_id: str | None,
+    folder: str | Path,
+    fmt: str = "png",
+    k: int | None = None,
+    definition: str | Path | dict | None = None,
+) -> list[Path]:
+    """Every chart of the report as ``NN-section[-i].png|svg`` in ``folder`` (for slides, e-mail);
+    interactive charts are drawn in their default view. Returns the files in report order."""
+    if not isinstance(definition, dict):
+        definition = load_definition(definition)
+    return _write_charts(build_sections(context(store, run_id, definition, k)), Path(folder), fmt)
+
+
+def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]:
+    import vl_convert
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"chart format must be one of {', '.join(FORMATS)}; got {fmt!r}")
+    folder.mkdir(parents=True, exist_ok=True)
+    version, written, number = charts.vega_lite_version(), [], 0
+    for section in sections:
+        chart_items = [item for item in section.items if not isinstance(item, Fragment)]
+        for i, chart in enumerate(chart_items):
+            number += 1
+            path = folder / f"{number:02d}-{section.key}{f'-{i + 1}' if len(chart_items) > 1 else ''}.{fmt}"
+            # allowed_base_urls=[]: the specs carry their data inline, so nothing is ever fetched
+            if fmt == "png":
+                path.write_bytes(
+                    vl_convert.vegalite_to_png(chart.to_dict(), vl_version=version, scale=2, allowed_base_urls=[])
+                )
+            else:
+                path.write_text(
+                    vl_convert.vegalite_to_svg(chart.to_dict(), vl_version=version, allowed_base_urls=[]),
+                    encoding="utf-8",
+                )
+            written.append(path)
+    return written
+
+
+def _script_json(spec: dict) -> str:
+    """JSON that is safe inside <script>: no '<', '>' or '&' can close the tag or open a comment."""
+    text = json.dumps(spec)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# Highlight shades w0..w9: orange at growing opacity, light enough for the text to stay legible.
+SHADE_CSS = "".join(f".w{i}{{background:rgba(245,133,24,{i / 9 * 0.8:.2f})}}" for i in range(10))
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}"
+    "table{border-collapse:collapse} th,td{text-align:left;padding:2px 12px;border-bottom:1px solid #eee}"
+    ".note{color:#666;max-width:60em} section{margin:2em 0} .chart{margin:1em 0} nav a{margin-right:1em}"
+    ".hl-grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:1.5em}"
+    ".hl p{line-height:1.7;white-space:pre-wrap} .hl span{border-radius:2px} .cut{color:#999}"
+    "h3{font-size:1em;margin-top:1.5em} h4{margin:.2em 0;color:#555}"
+    "#summary{display:flex;flex-wrap:wrap;gap:1em 4em;align-items:flex-start} #summary h2{flex-basis:100%}" + SHADE_CSS
+)
+
+
+def _page(ctx: Context, sections: list[Section]) -> str:
+    import vl_convert
+
+    bundle = vl_convert.javascript_bundle(vl_version=charts.vega_lite_version())
+    nav = "".join(f"<a href='#{s.key}'>{html.escape(s.title)}</a>" for s in sections)
+    body, scripts, index = [], [], 0
+    for section in sections:
+        body.append(f"<section id='{section.key}'><h2>{html.escape(section.title)}</h2>")
+        if section.note:
+            body.append(f"<p class='note'>{html.escape(section.note)}</p>")
+        for item in section.items:
+            if isinstance(item, Fragment):
+                body.append(item.html)
+                continue
+            body.append(f"<div class='chart' id='chart-{index}'></div>")
+            scripts.append(
+                f"vegaEmbed('#chart-{index}', {_script_json(item.to_dict())}, "
+                "{actions: false, renderer: 'svg'}).catch(showError);"
+            )
+            index += 1
+        body.append("</section>")
+    title = html.escape(f"xai-ray report {ctx.run_id}")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:">
+<title>{title}</title>
+<style>{STYLE}</style>
+<script>{bundle}</script></head>
+<body><h1>{title}</h1><nav>{nav}</nav>
+{"".join(body)}
+<script>
+function showError(err) {{ console.error(err); }}
+{chr(10).join(scripts)}
+</script></body></html>
+"""

@@ -1,0 +1,405 @@
+"""The report's sections: one builder per section, ``builder(ctx) -> Section | None``.
+
+A builder returns None when the run lacks its data (no labels, a single method, a table that a
+later version adds), so the report of any run is valid. A new section (head statistics,
+faithfulness, nightly trends) is one more function here, its name in ``BUILDERS`` and in
+``reports/default.yaml``; ``has_relation`` tells whether its view or table exists.
+Builders run DuckDB aggregates (``sql/report_*.sql``) and hand small DataFrames to ``charts``;
+text from the data reaches HTML only through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from xai_ray.query import wordstats
+from xai_ray.query.connection import run_named
+from xai_ray.report import charts
+from xai_ray.store.aggregates import read_aggregate
+
+# Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
+# beside the run, so building the report costs the same for 200 reviews or 25,000.
+KEPT = (
+    "report_topk_all",
+    "report_contrast",
+    "report_agreement",
+    "faithfulness_bootstrap",
+)  # report_faithfulness keeps its bootstrap summary the same way
+
+CURVE_WORDS = 4
+MAX_CHART_ROWS = 4_500  # Altair refuses more than 5,000 rows per chart; stay clear of it
+SHADES = 10  # highlight levels w0..w9, styled in report.py
+TAIL_CHARS = 300  # unscored text past max_length shown, at most, after a highlighted review
+
+
+@dataclass
+class Fragment:
+    """HTML assembled in this module from escaped pieces (a facts table, highlighted text)."""
+
+    html: str
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    note: str = ""
+    items: list = field(default_factory=list)  # Altair charts and Fragments, in page order
+
+
+@dataclass
+class Context:
+    """What every builder may use: the open store, the run, its summary and the definition."""
+
+    con: Any
+    run: dict
+    manifest: dict
+    summary: dict
+    definition: dict
+    labels: dict[int, str]
+    methods: list[str]
+    main_method: str
+    last_layer: int
+    k: int
+    min_count: int
+    min_docs: int = 2
+    stat: str = "lift"
+    exclude: tuple = ("punct",)
+    store: Any = None  # the store's folder: aggregates kept beside the run are read from there
+    cache: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # what a caller hands its own sections (nightly: the night before)
+
+    @property
+    def run_id(self) -> str:
+        return self.run["run_id"]
+
+    def query(self, name: str, **params) -> pd.DataFrame:
+        """A named query of this run; cached, so sections sharing an aggregate scan once."""
+        key = (name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())))
+        if key not in self.cache:
+            kept = read_aggregate(self.store, self.run_id, name, params) if self.store and name in KEPT else None
+            self.cache[key] = kept if kept is not None else run_named(self.con, name, run_id=self.run_id, **params)
+        return self.cache[key]
+
+    def label(self, value) -> str:
+        try:
+            return self.labels.get(int(value), str(value))
+        except (TypeError, ValueError):
+            return str(value)
+
+    def word_params(self) -> dict:
+        """The top-k parameters of this report (``wordstats.query_params``), shared by every word chart."""
+        return wordstats.query_params(self.stat, self.min_docs, self.min_count, self.exclude)
+
+    def topk_all(self) -> pd.DataFrame:
+        top = wordstats.add_interval(self.query("report_topk_all", k=self.k, **self.word_params()))
+        return top.assign(group=top["group"].map(lambda g: g if g == "all" else self.label(g)))
+
+    def support_note(self) -> str:
+        """How this report's words were chosen and ranked, in one sentence for section notes."""
+        statistic = (
+            "lift (share of the review's score x its words; 1 = an even spread)"
+            if self.stat == "lift"
+            else "share of the review's score"
+        )
+        left_out = f"; {' and '.join(self.exclude)} left out" if self.exclude else ""
+        floor = f", at least {self.min_count} occurrences" if self.min_count > 1 else ""
+        return (
+            f"Words in at least {self.min_docs} reviews{floor}{left_out}, ranked by mean {statistic} per "
+            "review; bars show the 95% interval over reviews (t interval on the per-review means)."
+        )
+
+    def examples(self) -> pd.DataFrame:
+        spec = self.definition["examples"]
+        return self.query("report_examples", min_tokens=int(spec["min_tokens"]), pick=spec["pick"])
+
+
+def has_relation(con, name: str) -> bool:
+    """Whether the store's connection has a view or table ``name`` (sections of later features)."""
+    return bool(run_named(con, "relation_exists", relation=name).found.iloc[0])
+
+
+def summary(ctx: Context) -> Section:
+    s, timings = ctx.summary, ctx.manifest.get("timings", {})
+    facts = [
+        ("Run", ctx.run_id),
+        ("Created", ctx.run["created_at"]),
+        ("Model", ctx.run["model"]),
+        ("Fingerprint", (ctx.run["model_fingerprint"] or "")[:16]),
+        ("Data", ctx.run["data"]),
+        ("Methods", ctx.run["methods"]),
+        ("Layers", ctx.last_layer),
+        ("Documents", s["n_docs"]),
+        ("Labelled", s["n_labelled"]),
+        ("Errors", s["n_errors"]),
+        ("Truncated", s["n_truncated"]),
+        ("Accuracy", percent(s["accuracy"])),
+        (f"Mean P({ctx.label(1)})", number(s["mean_prob_pos"])),
+        (f"Mean P({ctx.label(0)})", number(s["mean_prob_neg"])),
+        ("Mean tokens", number(s["mean_tokens"], ".1f")),
+        ("Scoring + writing, s", timings.get("score_and_write_s")),
+        ("Total, s", timings.get("total_s")),
+        ("Docs/s", timings.get("docs_per_s")),
+    ]
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fact(v))}</td></tr>" for k, v in facts)
+    section = Section("summary", "Run summary", items=[Fragment(f"<table class='facts'>{rows}</table>")])
+    confusion = ctx.query("confusion")
+    if not confusion.empty:
+        section.items.append(charts.confusion(confusion, ctx.labels))
+    return section
+
+
+def headline(ctx: Context) -> Section | None:
+    top = ctx.topk_all()
+    top = top[(top.method == ctx.main_method) & (top.layer == ctx.last_layer) & (top.group == "all")]
+    if top.empty:
+        return None
+    s = ctx.summary
+    subtitle = [
+        f"Average positive probability: {number(s['mean_prob_pos'], '.2f')}, "
+        f"average negative probability: {number(s['mean_prob_neg'], '.2f')}",
+        f"Overall accuracy: {percent(s['accuracy'])} over {int(s['n_labelled'])} labelled reviews",
+    ]
+    title = f"Top {ctx.k} important words across all samples ({ctx.main_method}, layer {ctx.last_layer})"
+    return Section(
+        "headline",
+        "Top words across all reviews",
+        ctx.support_note(),
+        [charts.topk_bar(top, title, subtitle, ctx.stat)],
+    )
+
+
+def explorer(ctx: Context) -> Section | None:
+    top = ctx.topk_all()
+    if top.empty:
+        return None
+    note = (
+        f"Pick a method, layer and predicted class; top {ctx.k} words of each. {ctx.support_note()} "
+        "The minimum-documents slider hides rarer words; bars are labelled with the mean and the reviews "
+        "holding the word."
+    )
+    layers = sorted(top.layer.unique())
+    per_layer = max(1, len(top) // len(layers))
+    if len(top) > MAX_CHART_ROWS:  # a deep model with many methods: keep the deepest layers
+        kept = layers[-max(1, MAX_CHART_ROWS // per_layer) :]
+        top = top[top.layer.isin(kept)]
+        note += f" Layers {kept[0]}-{kept[-1]} only, to keep the page small."
+    return Section(
+        "explorer",
+        "Top words by method, layer and predicted class",
+        note,
+        [charts.topk_explorer(top, ctx.main_method, ctx.last_layer, ctx.min_docs, f"Top {ctx.k} words", ctx.stat)],
+    )
+
+
+def per_method(ctx: Context) -> Section | None:
+    top = ctx.topk_all()
+    top = top[(top.layer == ctx.last_layer) & (top.group == "all")]
+    if top.method.nunique() < 2:
+        return None  # the headline already shows the only method
+    return Section(
+        "per_method",
+        "Top words per method",
+        f"Layer {ctx.last_layer}; special tokens excluded. {ctx.support_note()}",
+        [charts.topk_facets(top, "method", f"Top {ctx.k} words per method (layer {ctx.last_layer})", ctx.stat)],
+    )
+
+
+def per_class(ctx: Context) -> Section | None:
+    top = ctx.topk_all()
+    top = top[(top.method == ctx.main_method) & (top.layer == ctx.last_layer) & (top.group != "all")]
+    if top.empty:
+        return None
+    top = top.rename(columns={"group": "predicted"})
+    return Section(
+        "per_class",
+        "Top words per predicted class",
+        ctx.support_note(),
+        [
+            charts.topk_facets(
+                top,
+                "predicted",
+                f"Top {ctx.k} words per predicted class ({ctx.main_method}, layer {ctx.last_layer})",
+                ctx.stat,
+            )
+        ],
+    )
+
+
+def contrast(ctx: Context) -> Section | None:
+    frame = ctx.query("report_contrast", method=ctx.main_method, layer=ctx.last_layer, k=ctx.k, **ctx.word_params())
+    if frame.empty:
+        return None  # one predicted class only, or no word common to both
+    positive, negative = ctx.label(1), ctx.label(0)
+    return Section(
+        "contrast",
+        f"Most {positive} vs most {negative} words",
+        f"Mean score of a word in reviews predicted {positive} minus in reviews predicted {negative} "
+        f"({ctx.main_method}, layer {ctx.last_layer}; words in at least {ctx.min_docs} reviews of each; "
+        f"{ctx.stat} per review, averaged over reviews).",
+        [charts.contrast_bars(frame, positive, negative, f"Words weighed more when predicted {positive} / {negative}")],
+    )
+
+
+def _example_title(ctx: Context, example) -> str:
+    verdict = "correct" if example.correct else "wrong"
+    return (
+        f"Review {example.doc_id}: true {ctx.label(example.label)}, predicted {ctx.label(example.pred)} "
+        f"({verdict}, P({ctx.label(1)})={number(example.prob_pos, '.2f')})"
+    )
+
+
+def layers(ctx: Context) -> Section | None:
+    examples = ctx.examples()
+    if examples.empty:
+        return None
+    max_words = int(ctx.definition["examples"]["max_words"])
+    items = []
+    for example in examples.itertuples():
+        words = ctx.query("layer_words", doc_id=example.doc_id)
+        items.append(charts.layer_curves(_curves(words, ctx.main_method), _example_title(ctx, example)))
+        shown = words[words.word_id < max_words]
+        cut = f" (first {max_words} words)" if len(shown) < len(words) else ""
+        items.append(charts.layer_heatmap(shown, f"Per-layer word scores, review {example.doc_id}{cut}"))
+    return Section(
+        "layers",
+        "Per-layer [CLS] scores on example reviews",
+        f"Methods: {', '.join(ctx.methods)}. Raw attention fades towards uniform in deep layers; "
+        "rollout keeps the signal. Curves follow the review's top words by "
+        f"{ctx.main_method} at the last layer.",
+        items,
+    )
+
+
+def _curves(words: pd.DataFrame, main_method: str) -> pd.DataFrame:
+    """The review's top words by the main method's last layer, followed through every layer."""
+    last = words[(words.method == main_method) & (words.layer == words.layer.max())]
+    top_ids = last.nlargest(CURVE_WORDS, "score")["word_id"]
+    chosen = words[words.word_id.isin(top_ids)]
+    return chosen.assign(word=chosen["word_id"].map("{:03d} ".format) + chosen["word"])
+
+
+def highlights(ctx: Context) -> Section | None:
+    examples = ctx.examples()
+    spec = ctx.definition["highlight"]
+    methods = [m for m in spec["methods"] if m in ctx.methods] or [ctx.main_method]
+    layer = ctx.last_layer if spec["layer"] == "last" else int(spec["layer"])
+    if examples.empty:
+        return None
+    items = []
+    for example in examples.itertuples():
+        words = ctx.query("layer_words", doc_id=example.doc_id)
+        columns = []
+        for method in methods:
+            mine = words[(words.method == method) & (words.layer == layer)].sort_values("word_id")
+            body = highlight_html(example.text or "", mine) if not mine.empty else "<em>not scored at this layer</em>"
+            columns.append(f"<div class='hl'><h4>{html.escape(method)}, layer {layer}</h4><p>{body}</p></div>")
+        items.append(
+            Fragment(
+                f"<div class='example'><h3>{html.escape(_example_title(ctx, example))}</h3>"
+                f"<div class='hl-grid'>{''.join(columns)}</div></div>"
+            )
+        )
+    return Section(
+        "highlights",
+        "Example reviews, each word shaded by its score",
+        "Darker = closer to the review's top word for that method (hover a word for its score). "
+        "Grey text lies past max_length and was not scored.",
+        items,
+    )
+
+
+def highlight_html(text: str, words: pd.DataFrame) -> str:
+    """The review with each scored word in a shaded <span>; every piece of it escaped.
+
+    words: columns word, score of one method and layer, in word order. Words were cut from the
+    review by the tokenizer's offsets, so they are found in order and the gaps (spaces, line
+    breaks) come from the text itself; a word not found is shown on its own.
+    """
+    top = words["score"].max()
+    pieces, cursor = [], 0
+    for word, score in zip(words["word"], words["score"]):
+        word = word or ""
+        at = text.find(word, cursor) if word else -1
+        if at >= 0:
+            pieces.append(html.escape(text[cursor:at]))
+            cursor = at + len(word)
+        else:
+            pieces.append(" ")
+        level = 0 if pd.isna(score) or not top > 0 else min(SHADES - 1, int(score / top * SHADES))
+        pieces.append(f"<span class='w{level}' title='{number(score, '.4f')}'>{html.escape(word)}</span>")
+    rest = text[cursor:]
+    if rest.strip():
+        more = "…" if len(rest) > TAIL_CHARS else ""
+        pieces.append(f"<span class='cut'>{html.escape(rest[:TAIL_CHARS])}{more}</span>")
+    return "".join(pieces)
+
+
+def agreement(ctx: Context) -> Section | None:
+    if len(ctx.methods) < 2:
+        return None
+    spec = ctx.definition["agreement"]
+    max_docs, n_docs = int(spec["max_docs"]), int(ctx.summary["n_docs"])
+    frame = ctx.query("report_agreement", layer=ctx.last_layer, bins=int(spec["bins"]), max_docs=max_docs)
+    if frame.empty:
+        return None
+    frame = frame.assign(pair=frame["method_a"] + " vs " + frame["method_b"])
+    pairs = "; ".join(
+        f"{p.pair}: median {p.median_rho:.2f} (IQR {p.q1_rho:.2f} to {p.q3_rho:.2f}, {p.n_docs} reviews)"
+        for p in frame.drop_duplicates("pair").itertuples()
+    )
+    sampled = f" Reviews: a fixed sample of {max_docs} of {n_docs}." if n_docs > max_docs else ""
+    return Section(
+        "agreement",
+        "Agreement between methods",
+        f"Spearman rank correlation of word scores per review, layer {ctx.last_layer}. {pairs}.{sampled}",
+        [charts.agreement_histogram(frame, f"Per-review rank agreement between methods (layer {ctx.last_layer})")],
+    )
+
+
+def _fact(value) -> str:
+    """Counts come back as floats from a one-row DataFrame; show them as the integers they are."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "n/a"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def percent(value) -> str:
+    return "n/a" if value is None or pd.isna(value) else f"{value:.1%}"
+
+
+def number(value, fmt: str = ".3f") -> str:
+    return "n/a" if value is None or pd.isna(value) else format(value, fmt)
+
+
+def faithfulness(ctx: Context) -> Section | None:
+    from xai_ray.report.faithfulness import faithfulness as build  # its own module (it imports this one)
+
+    return build(ctx)
+
+
+BUILDERS: dict[str, Callable[[Context], Section | None]] = {
+    "summary": summary,
+    "headline": headline,
+    "explorer": explorer,
+    "per_method": per_method,
+    "per_class": per_class,
+    "contrast": contrast,
+    "layers": layers,
+    "highlights": highlights,
+    "agreement": agreement,
+    "faithfulness": faithfulness,
+}
+# Sections in modules of their own (they build on the classes above)
+from xai_ray.report.changes import since_last_night  # noqa: E402  (imports nothing of this module at load)
+from xai_ray.report.heads import heads  # noqa: E402
+
+BUILDERS["heads"] = heads
+BUILDERS["since_last_night"] = since_last_night

@@ -1,0 +1,75 @@
+"""Where a job runs and with what: joining or starting Ray (loopback only when local), and the
+versions recorded beside every output. Shared by the pipeline and fine-tuning."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from xai_ray.progress import quiet_ray_env, route_ray_loggers
+
+log = logging.getLogger("xai_ray")
+
+
+def ensure_ray(log_to_driver: bool | None = None) -> None:
+    """Start (or join) Ray. ``log_to_driver``: show the workers' output here (finetune's progress comes
+    from its workers); default: only with debug logging."""
+    import ray
+
+    if not ray.is_initialized():
+        # Inside `ray job submit` or with RAY_ADDRESS this joins that cluster; else starts a local one.
+        if not os.environ.get("RAY_ADDRESS"):
+            _loopback_only()
+        quiet_ray_env()
+        route_ray_loggers()  # importing ray gave its loggers console handlers
+        # Workers' output stays in Ray's session logs unless debugging: failures come back as error rows
+        # or exceptions, and their chatter (model-loading warnings per actor) would bury the progress.
+        ray.init(
+            address=os.environ.get("RAY_ADDRESS"),
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=log.isEnabledFor(logging.DEBUG) if log_to_driver is None else log_to_driver,
+        )
+        route_ray_loggers()
+    # Our own bar has the ETA over the whole run; Ray Data's per-operator bars would draw beside it.
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    # Never drop a failed block silently (the default, spelled out): a lost block fails the run,
+    # which then resumes from its committed parts, rather than publishing without those documents.
+    ray.data.DataContext.get_current().max_errored_blocks = 0
+
+
+def _loopback_only() -> None:
+    """Make a local cluster started here listen on loopback only.
+
+    Ray gives a new head the machine's routable address, and its servers then listen on every
+    interface (even with ``_node_ip_address="127.0.0.1"``, which it resolves back to that address).
+    With clusters switched off, as Ray does on macOS and Windows, the node address is loopback and
+    every server binds to it. Joining a real cluster (``RAY_ADDRESS``) is unaffected.
+    """
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the processes started from here
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read when the node address is chosen
+
+
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in (
+        "xai-ray",
+        "torch",
+        "transformers",
+        "tokenizers",
+        "ray",
+        "pyarrow",
+        "duckdb",
+        "altair",
+        "numpy",
+        "numba",
+    ):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out

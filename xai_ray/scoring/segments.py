@@ -1,0 +1,179 @@
+"""How a review longer than ``max_length`` reaches the model, and how its pieces are merged back.
+
+The review is tokenized whole once (no special tokens). ``room`` = max_length minus the special
+tokens the tokenizer adds. Then, by ``long_text``:
+
+- ``head``: the first ``room`` tokens (what plain truncation keeps).
+- ``head_tail``: the first ``room // 4`` tokens and the last ``room - room // 4`` (the split
+  ``xai-ray finetune`` trains with; reviews tend to end with their verdict).
+- ``window``: windows of ``room`` tokens starting every ``stride`` tokens (default ``room // 2``);
+  the last window ends at the review's end. Each window gets its own special tokens.
+
+Merge rule for windows (as BERT's reading-comprehension code picks a token's "max context"
+window): every word takes all its pieces' scores from one window, the window that holds all its
+pieces and leaves it the most context, i.e. maximises min(pieces before it, pieces after it) in
+that window; ties go to the earlier window. So every word is scored exactly once, and a review
+that fits one window is scored exactly as without windows. Special tokens ([CLS], [SEP]) take the
+mean of their scores over the windows; the class probabilities are the mean over the windows.
+``auto`` is what the model folder says it was fine-tuned with (``finetune`` writes
+``xai_ray_input.json``), else ``head``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+INPUT_FILE = "xai_ray_input.json"  # written by `xai-ray finetune` into the model folder
+
+
+def model_truncation(model: str) -> str | None:
+    """The truncation a model folder records (``finetune``), or None (a Hub id, another folder)."""
+    folder = Path(str(model)).expanduser()
+    for name, key in ((INPUT_FILE, "truncation"), ("metrics.json", None)):
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        value = data.get("truncation") if key else data.get("config", {}).get("truncation")
+        if value in ("head", "head_tail"):
+            return value
+    return None
+
+
+def resolve_mode(long_text: str, model: str) -> str:
+    if long_text != "auto":
+        return long_text
+    return model_truncation(model) or "head"
+
+
+@dataclass
+class Segments:
+    """One review cut into model inputs. Positions are into the review's content tokens."""
+
+    ids: list[int]  # content token ids of the whole review
+    offsets: list[tuple[int, int]]  # character span of each content token
+    word_ids: list  # the tokenizer's word id of each content token (None for none)
+    windows: list[tuple[int, int]]  # [start, end) content ranges, one model input each (head_tail: two ranges)
+    kept: list[int]  # content positions the merged document holds, in order
+    source: list[int]  # for each kept position, the window (index into ``inputs``) its score comes from
+    inputs: list[list[int]]  # model input ids per window, special tokens included
+    content_at: list[int]  # per window: position of its first content token in its input
+    truncated: bool
+
+
+def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """(ids before the content, ids after it) that the tokenizer adds around one sequence,
+    read off a probe as ``finetune.encode`` does (transformers 5 has no build_inputs_with_special_tokens)."""
+    bare, full = tokenizer("a", add_special_tokens=False)["input_ids"], tokenizer("a")["input_ids"]
+    start = next(i for i in range(len(full)) if full[i : i + len(bare)] == bare)
+    return list(full[:start]), list(full[start + len(bare) :])
+
+
+def special_layout(tokenizer) -> tuple[int, int]:
+    """(tokens before the content, tokens after it) around one sequence."""
+    prefix, suffix = special_tokens(tokenizer)
+    return len(prefix), len(suffix)
+
+
+def plan(tokenizer, text: str, max_length: int, mode: str, stride: int | None = None) -> Segments:
+    """Cut ``text`` into model inputs of at most ``max_length`` tokens by ``mode`` (see module doc)."""
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = list(encoded["input_ids"]), [tuple(o) for o in encoded["offset_mapping"]]
+    word_ids = encoded.word_ids()
+    prefix, suffix = special_tokens(tokenizer)
+    before, after = len(prefix), len(suffix)
+    room = max(1, max_length - before - after)
+    n = len(ids)
+    if n <= room or mode == "head":
+        ranges = [(0, min(n, room))]
+    elif mode == "head_tail":
+        head = room // 4
+        ranges = [(0, head), (n - (room - head), n)]
+    elif mode == "window":
+        step = stride or max(1, room // 2)
+        starts = list(range(0, n - room, step)) + [n - room]  # the last window ends at the end
+        ranges = [(s, s + room) for s in dict.fromkeys(starts)]
+    else:
+        raise ValueError(f"unknown long_text mode {mode!r}")
+    if mode == "head_tail" and len(ranges) == 2:  # one model input holding both parts
+        (h0, h1), (t0, t1) = ranges
+        inputs = [prefix + ids[h0:h1] + ids[t0:t1] + suffix]
+        kept = list(range(h0, h1)) + list(range(t0, t1))
+        return Segments(ids, offsets, word_ids, ranges, kept, [0] * len(kept), inputs, [before], True)
+    inputs = [prefix + ids[s:e] + suffix for s, e in ranges]
+    kept = sorted({p for s, e in ranges for p in range(s, e)})
+    source = choose_windows(kept, word_ids, ranges)
+    truncated = len(kept) < n
+    return Segments(ids, offsets, word_ids, ranges, kept, source, inputs, [before] * len(ranges), truncated)
+
+
+def choose_windows(kept: list[int], word_ids: list, ranges: list[tuple[int, int]]) -> list[int]:
+    """For each kept position, the window its word is scored in (the max-context rule)."""
+    pieces: dict = {}
+    for p in kept:
+        key = ("word", word_ids[p]) if word_ids[p] is not None else ("token", p)
+        pieces.setdefault(key, []).append(p)
+    source = {}
+    for group in pieces.values():
+        first, last = group[0], group[-1]
+        best, best_context = None, -1
+        for w, (s, e) in enumerate(ranges):
+            if s <= first and last < e:
+                context = min(first - s, e - 1 - last)
+                if context > best_context:  # strictly better: ties stay with the earlier window
+                    best, best_context = w, context
+        if best is None:  # a word longer than the windows' overlap: each piece by its own context
+            for p in group:
+                source[p] = max(
+                    range(len(ranges)),
+                    key=lambda w: (ranges[w][0] <= p < ranges[w][1], min(p - ranges[w][0], ranges[w][1] - 1 - p), -w),
+                )
+        else:
+            for p in group:
+                source[p] = best
+    return [source[p] for p in kept]
+
+
+def merge(seg: Segments, window_scores: list[np.ndarray], special_before: int) -> np.ndarray:
+    """Per-window (L, n_w) token scores -> (L, n) scores of the merged document's tokens:
+    the special prefix, the kept content tokens, the special suffix (the rule in the module doc)."""
+    n_windows = len(window_scores)
+    first = window_scores[0]
+    suffix = first.shape[1] - special_before - _content_len(seg, 0)
+    prefix_scores = np.mean([w[:, :special_before] for w in window_scores], axis=0)  # (L, before)
+    suffix_scores = np.mean([w[:, w.shape[1] - suffix :] for w in window_scores], axis=0)  # (L, after)
+    content = np.empty((first.shape[0], len(seg.kept)), dtype=np.float64)  # (L, kept)
+    position_in = [dict() for _ in range(n_windows)]
+    for w in range(n_windows):
+        for i, p in enumerate(_content_positions(seg, w)):
+            position_in[w][p] = seg.content_at[w] + i
+    for j, (p, w) in enumerate(zip(seg.kept, seg.source)):
+        content[:, j] = window_scores[w][:, position_in[w][p]]
+    return np.concatenate([prefix_scores, content, suffix_scores], axis=1)
+
+
+def _content_positions(seg: Segments, w: int) -> list[int]:
+    if len(seg.inputs) == 1 and len(seg.windows) == 2:  # head_tail: one input, two ranges
+        return list(seg.kept)
+    s, e = seg.windows[w]
+    return list(range(s, e))
+
+
+def _content_len(seg: Segments, w: int) -> int:
+    return len(_content_positions(seg, w))
+
+
+def merged_layout(seg: Segments, special_before: int, special_after: int) -> tuple[list, list, list]:
+    """The merged document's (word ids, offsets, input ids): special tokens around the kept content."""
+    word_ids = [None] * special_before + [seg.word_ids[p] for p in seg.kept] + [None] * special_after
+    offsets = [(0, 0)] * special_before + [seg.offsets[p] for p in seg.kept] + [(0, 0)] * special_after
+    first = seg.inputs[0]
+    ids = first[:special_before] + [seg.ids[p] for p in seg.kept] + first[len(first) - special_after :]
+    return word_ids, offsets, ids

@@ -1,7 +1,0 @@
--- words: one row per run, document, method, layer and word (special tokens excluded).
-select *
-from read_parquet(
-    getvariable('files_words'),
-    hive_partitioning = true,
-    hive_types = {'run_id': VARCHAR, 'method': VARCHAR, 'layer': INTEGER}
-)

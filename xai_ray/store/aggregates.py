@@ -1,0 +1,38 @@
+"""Small results of the aggregate stage kept beside a finished run, tagged with their parameters,
+so a report reads them instead of scanning the run again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from xai_ray.store.files import write_parquet_atomically
+from xai_ray.store.layout import aggregate_file
+
+PARAMS_KEY = b"xai_ray.params"
+
+
+def _tag(params: dict) -> bytes:
+    return json.dumps(params, sort_keys=True, default=str).encode()
+
+
+def write_aggregate(store: str | Path, run_id: str, name: str, params: dict, frame, row_group_size=None) -> Path:
+    """Keep a finished run's aggregate (a small DataFrame) beside it, tagged with its parameters;
+    ``row_group_size``: small groups let a filtered read skip most of a sorted file."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({PARAMS_KEY: _tag(params)})
+    return write_parquet_atomically(aggregate_file(store, run_id, name), table, row_group_size=row_group_size)
+
+
+def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):
+    """The kept aggregate as a DataFrame if it was computed with exactly ``params``, else None."""
+    path = aggregate_file(store, run_id, name)
+    if not path.is_file():
+        return None
+    table = pq.read_table(path)
+    if (table.schema.metadata or {}).get(PARAMS_KEY, b"") != _tag(params):
+        return None
+    return table.to_pandas()

@@ -1,0 +1,115 @@
+"""Where everything of a store lives: the only module that spells a path inside a store.
+
+Layout (private; the SQL views in ``query`` are the public interface)::
+
+    STORE/runs/run_id=<id>/manifest.json
+    STORE/runs/run_id=<id>/docs/part-<n>.parquet
+    STORE/runs/run_id=<id>/errors/part-<n>.parquet
+    STORE/runs/run_id=<id>/tokens/method=<m>/layer=<l>/part-<n>.parquet
+    STORE/runs/run_id=<id>/words/method=<m>/layer=<l>/part-<n>.parquet
+    STORE/runs/run_id=<id>/_parts/part-<n>.json  (which documents each part holds)
+    STORE/runs/run_id=<id>/faithfulness/part-<n>.parquet   (runs with --evaluate)
+    STORE/runs/run_id=<id>/heads/part-whole.parquet, head_similarity/part-whole.parquet (when gathered)
+    STORE/runs/run_id=<id>/aggregates/<name>.parquet       (the aggregate stage's small results)
+    STORE/runs/run_id=<id>/report.html
+    STORE/_staging/run_id=<id>/...            (a run being written; never read by the views)
+    STORE/_staging/run_id=<id>/config.yaml    (the resolved config: what ``--resume`` reads)
+    STORE/reports/YYYY-MM-DD/report.html, nightly.json; STORE/reports/latest  (nightly reports)
+    STORE/logs/<run id>.log                   (what Ray, setuptools and warnings said during the run)
+    STORE/.nightly.lock
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from xai_ray.store import StoreError
+
+MANIFEST = "manifest.json"
+REPORT = "report.html"
+CONFIG = "config.yaml"
+RUN_PREFIX = "run_id="
+
+
+def runs_dir(store: str | Path) -> Path:
+    return Path(store) / "runs"
+
+
+def run_dir(store: str | Path, run_id: str) -> Path:
+    return runs_dir(store) / f"{RUN_PREFIX}{run_id}"
+
+
+def staging_dir(store: str | Path, run_id: str) -> Path:
+    return Path(store) / "_staging" / f"{RUN_PREFIX}{run_id}"
+
+
+def manifest_path(store: str | Path, run_id: str) -> Path:
+    return run_dir(store, run_id) / MANIFEST
+
+
+def staged_config(store: str | Path, run_id: str) -> Path:
+    """The resolved config of a run being written (``xai-ray run --resume`` reads it)."""
+    return staging_dir(store, run_id) / CONFIG
+
+
+def report_path(store: str | Path, run_id: str) -> Path:
+    return run_dir(store, run_id) / REPORT
+
+
+def is_published(store: str | Path, run_id: str) -> bool:
+    """A run is published once its folder holds its manifest (written last, moved in by one rename)."""
+    return manifest_path(store, run_id).is_file()
+
+
+def run_folders(store: str | Path) -> list[Path]:
+    """Folders of published runs, in no particular order."""
+    return [folder for folder in runs_dir(store).glob(f"{RUN_PREFIX}*") if (folder / MANIFEST).is_file()]
+
+
+def run_id_of(folder: Path) -> str:
+    return folder.name[len(RUN_PREFIX) :]
+
+
+def list_runs(store: str | Path) -> list[str]:
+    """Published run ids, oldest first by manifest creation time."""
+    found = [(str(read_manifest(f / MANIFEST).get("created_at", "")), run_id_of(f)) for f in run_folders(store)]
+    return [run_id for _, run_id in sorted(found)]
+
+
+def read_manifest(path: Path) -> dict:
+    """A published run's manifest; one that is not a JSON object is one sentence, not a traceback."""
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise StoreError(
+            f"manifest {str(path)!r} cannot be read ({str(err).splitlines()[0]}); restore it or move "
+            "the run folder out of the store"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise StoreError(
+            f"manifest {str(path)!r} is not a JSON object; restore it or move the run folder out of the store"
+        )
+    return manifest
+
+
+def run_log(store: str | Path, run_id: str) -> Path:
+    """A run's log file: our log lines, Python warnings and Ray's Python loggers (``progress.route_noise``)."""
+    return Path(store) / "logs" / f"{run_id}.log"
+
+
+def aggregate_file(store: str | Path, run_id: str, name: str) -> Path:
+    return run_dir(store, run_id) / "aggregates" / f"{name}.parquet"
+
+
+def reports_dir(store: str | Path) -> Path:
+    """Where dated reports of a store go (``reports/YYYY-MM-DD/report.html``, ``reports/latest``)."""
+    return Path(store) / "reports"
+
+
+def night_report(store: str | Path, date: str) -> Path:
+    return reports_dir(store) / date / REPORT
+
+
+def nightly_lock(store: str | Path) -> Path:
+    return Path(store) / ".nightly.lock"

@@ -1,0 +1,111 @@
+"""The Arrow schemas of every table a store holds, and of the ``runs`` view: one place.
+
+Long, narrow tables; ``tokens`` and ``words`` are partitioned by ``method`` and ``layer`` (the
+partition columns are added by the views, see ``PARTITIONS``).
+"""
+
+import pyarrow as pa
+
+DOCS = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("label", pa.int64()),
+        ("pred", pa.int64()),
+        ("prob_pos", pa.float32()),
+        ("probs", pa.list_(pa.float32())),
+        ("n_tokens", pa.int32()),
+        ("n_words", pa.int32()),
+        ("truncated", pa.bool_()),
+        ("text", pa.string()),
+    ]
+)
+TOKENS = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("position", pa.int32()),
+        ("token", pa.string()),
+        ("word_id", pa.int32()),
+        ("score", pa.float32()),
+    ]
+)
+# score: the word's share of the document's score (sums to 1 over its words); lift: share x the
+# document's number of units, 1 = an even spread (words.lift); span_id/joined: the word's unit, a
+# contraction split by the tokenizer joined back (words.join_contractions; else the word itself).
+WORDS = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("word_id", pa.int32()),
+        ("word", pa.string()),
+        ("score", pa.float32()),
+        ("raw_score", pa.float32()),
+        ("lift", pa.float32()),
+        ("span_id", pa.int32()),
+        ("joined", pa.string()),
+    ]
+)
+ERRORS = pa.schema([("doc_id", pa.string()), ("stage", pa.string()), ("reason", pa.string())])
+# Long form, one row per (document, method, layer, metric); layer is null for the baselines
+# (input_x_gradient, random) and value null where a metric is undefined (see faithfulness.py).
+FAITHFULNESS = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("method", pa.string()),
+        ("layer", pa.int32()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
+# Per layer x head means over every scored review (xai_ray.methods.head_summary); entropies in nats.
+HEADS = pa.schema(
+    [
+        ("layer", pa.int32()),
+        ("head", pa.int32()),
+        ("entropy", pa.float64()),
+        ("entropy_norm", pa.float64()),
+        ("cls_entropy", pa.float64()),
+        ("to_cls", pa.float64()),
+        ("to_sep", pa.float64()),
+        ("to_punct", pa.float64()),
+        ("to_self", pa.float64()),
+        ("to_prev", pa.float64()),
+        ("to_next", pa.float64()),
+        ("n_docs", pa.int64()),
+        ("n_rows", pa.int64()),
+    ]
+)
+# Mean Jensen-Shannon divergence (nats) between two heads' attention rows over the sampled reviews.
+HEAD_SIMILARITY = pa.schema(
+    [
+        ("layer_a", pa.int32()),
+        ("head_a", pa.int32()),
+        ("layer_b", pa.int32()),
+        ("head_b", pa.int32()),
+        ("jsd", pa.float64()),
+        ("n_docs", pa.int64()),
+        ("n_rows", pa.int64()),
+    ]
+)
+RUNS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("created_at", pa.string()),
+        ("model", pa.string()),
+        ("model_fingerprint", pa.string()),
+        ("data", pa.string()),
+        ("methods", pa.string()),
+        ("n_layers", pa.int32()),
+        ("n_docs", pa.int64()),
+        ("n_errors", pa.int64()),
+        ("seconds", pa.float64()),
+        ("manifest", pa.string()),
+    ]
+)
+TABLES = {
+    "docs": DOCS,
+    "tokens": TOKENS,
+    "words": WORDS,
+    "errors": ERRORS,
+    "faithfulness": FAITHFULNESS,
+    "heads": HEADS,
+    "head_similarity": HEAD_SIMILARITY,
+}

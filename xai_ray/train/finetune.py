@@ -1,0 +1,528 @@
+"""``xai-ray finetune``: fine-tune an encoder into a negative/positive classifier on Ray Train.
+
+The driver reads the corpus, checks its labels, splits off a stratified held-out slice (recorded by
+doc id), tokenizes once (long texts keep their start and their end: ``truncation=head_tail``) and
+hands the token ids to a ``TorchTrainer`` (``xai_ray.train.loop`` is the worker loop: data-parallel
+over ``workers``, bf16 autocast on GPU, AdamW with linear warmup/decay, gradient clipping). Checkpoints go to ``OUT/_checkpoints``; running the same command again after an
+interruption resumes from the latest one (Ray Train V2 restores a run from its ``RunConfig(name,
+storage_path)``). At the end ``OUT`` is a Hugging Face model folder (safetensors, tokenizer,
+id2label) that ``xai-ray run --model OUT`` loads, plus ``metrics.json`` and ``heldout_ids.txt``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import time
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from xai_ray.config import ConfigError, CorpusSource, parse_set, read_yaml
+from xai_ray.scoring.segments import INPUT_FILE
+
+log = logging.getLogger("xai_ray")
+LABELS = {0: "negative", 1: "positive"}
+TRUNCATIONS = ("head", "head_tail")
+CHECKPOINTS = "_checkpoints"
+RUN_NAME = "finetune"
+# Keys that may change between an interrupted run and its resumption without changing the job.
+RESUMABLE_CHANGES = (
+    "out",
+    "resume",
+    "keep_checkpoints",
+    "log_every",
+    "checkpoint_every",
+    "max_failures",
+    "fail_after_epoch",
+    "workers",
+    "gpus_per_worker",
+    "cpus_per_worker",
+    "eval_batch_size",
+)
+FLOATS = (
+    "eval_fraction",
+    "lr",
+    "head_lr_scale",
+    "weight_decay",
+    "warmup_ratio",
+    "max_grad_norm",
+    "gpus_per_worker",
+    "cpus_per_worker",
+)
+NUMBERS = FLOATS + (
+    "limit",
+    "seed",
+    "max_length",
+    "epochs",
+    "batch_size",
+    "eval_batch_size",
+    "workers",
+    "max_failures",
+    "log_every",
+    "checkpoint_every",
+    "fail_after_epoch",
+)
+
+
+class FinetuneError(ValueError):
+    """The fine-tune job cannot run as asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(CorpusSource):
+    split: str = "train"  # the corpus fields are CorpusSource's; training reads the train split
+    eval_fraction: float = 0.1
+    # model
+    base: str = "minilm"
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
+    max_length: int = 256
+    truncation: str = "head_tail"  # long texts: first quarter + last tokens (head: first tokens only, as `run`)
+    # optimisation
+    epochs: int = 1
+    batch_size: int = 16  # global: split across workers
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    head_lr_scale: float = 1.0  # the classifier head (and pooler) learns at lr x this
+    bf16: bool | None = None  # None: bf16 autocast on GPU only
+    eval_batch_size: int = 32
+    # execution
+    workers: int = 0  # 0: one per GPU, else one per `cpus_per_worker` CPUs
+    gpus_per_worker: float | None = None  # None: 1 when the cluster has GPUs, else 0
+    cpus_per_worker: float | None = None  # None: 1 CPU per worker on CPU clusters (see README)
+    max_failures: int = 0  # worker failures Ray Train recovers from within one invocation
+    log_every: int = 10
+    checkpoint_every: int = 0  # steps; 0: at each epoch end only
+    # outputs
+    out: str | None = None
+    resume: bool = True
+    keep_checkpoints: bool = False
+    fail_after_epoch: int | None = None  # testing hook: a worker raises after that epoch's checkpoint
+
+    def __post_init__(self) -> None:
+        for name in NUMBERS:  # YAML reads 2e-4 as a string (it wants 2.0e-4)
+            value = getattr(self, name)
+            if isinstance(value, str):
+                try:
+                    object.__setattr__(self, name, float(value) if name in FLOATS else int(value))
+                except ValueError:
+                    raise ConfigError(f"{name} must be a number, got {value!r}") from None
+        if not self.out:
+            raise ConfigError("finetune needs an output folder: --out DIR")
+        for name in ("epochs", "batch_size", "max_length", "eval_batch_size", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_length < 3:
+            raise ConfigError("max_length must leave room for [CLS], one token and [SEP] (>= 3)")
+        if self.truncation not in TRUNCATIONS:
+            raise ConfigError(f"truncation must be one of {', '.join(TRUNCATIONS)}; got {self.truncation!r}")
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ConfigError(f"eval_fraction must be in (0, 1), got {self.eval_fraction}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ConfigError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.lr <= 0 or self.head_lr_scale <= 0 or self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise ConfigError("lr and head_lr_scale must be > 0, weight_decay and max_grad_norm >= 0")
+        if self.limit is not None and self.limit < 2:
+            raise ConfigError(f"limit must be >= 2 when given, got {self.limit}")
+        if self.workers < 0 or self.checkpoint_every < 0 or self.max_failures < -1:
+            raise ConfigError("workers and checkpoint_every must be >= 0, max_failures >= -1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+FIELD_NAMES = tuple(f.name for f in fields(FinetuneConfig))
+
+
+def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None = None) -> FinetuneConfig:
+    """defaults < YAML (``--config``) < flags (None ignored) < ``--set key=value``, as for ``run``."""
+    merged: dict = {}
+    sources = [
+        (read_yaml(config_path) if config_path else {}, str(config_path)),
+        ({k: v for k, v in (flags or {}).items() if v is not None}, "flags"),
+        (parse_set(sets), "--set"),
+    ]
+    for values, where in sources:
+        for key in values:
+            if key not in FIELD_NAMES:
+                close = difflib.get_close_matches(key, FIELD_NAMES, n=1)
+                raise ConfigError(
+                    f"unknown finetune key {key!r} in {where}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                )
+        merged.update(values)
+    try:
+        return FinetuneConfig(**merged)
+    except TypeError as err:
+        raise ConfigError(f"bad config value: {err}") from None
+
+
+@dataclass
+class FinetuneResult:
+    out: Path
+    metrics: dict
+
+
+def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
+    """Fine-tune ``cfg.base`` on ``cfg.data`` with Ray Train and write the model folder ``cfg.out``."""
+    started = time.perf_counter()
+    from xai_ray.model.loading import read_model_config
+
+    path, model_config = read_model_config(cfg.base, cfg.allow_pickle, cfg.trust_remote_code)
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if positions and cfg.max_length > positions:
+        raise FinetuneError(f"max_length {cfg.max_length} exceeds the {positions} positions of {cfg.base!r}")
+    tokenizer = _tokenizer(cfg.base, path, cfg.trust_remote_code)
+    train, heldout = split_rows(labelled_rows(cfg), cfg.eval_fraction, cfg.seed)
+    data_fingerprint = fingerprint_rows(pd.concat([train, heldout]))
+    ids = encode(tokenizer, list(train.text) + list(heldout.text), cfg.max_length, cfg.truncation)
+    prepared_s = time.perf_counter() - started
+    log.info(
+        "fine-tuning %s on %d reviews, %d held out (data sha256 %s...)",
+        cfg.base,
+        len(train),
+        len(heldout),
+        data_fingerprint[:12],
+    )
+
+    out = Path(cfg.out).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    storage = out / CHECKPOINTS
+    job = {
+        "config": {k: v for k, v in cfg.to_dict().items() if k not in RESUMABLE_CHANGES},
+        "data_fingerprint": data_fingerprint,
+    }
+    job_key = hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
+    _prepare_storage(storage, job, job_key, cfg.resume)
+
+    from xai_ray.runtime import ensure_ray
+
+    ensure_ray(log_to_driver=True)  # the workers print the training's progress and ETA
+    scaling = plan_scaling(cfg)
+    loop_config = {
+        "model_path": path,
+        "allow_pickle": cfg.allow_pickle,
+        "trust_remote_code": cfg.trust_remote_code,
+        "job_key": job_key,
+        "seed": cfg.seed,
+        "epochs": cfg.epochs,
+        "batch_size": cfg.batch_size,
+        "lr": cfg.lr,
+        "weight_decay": cfg.weight_decay,
+        "warmup_ratio": cfg.warmup_ratio,
+        "max_grad_norm": cfg.max_grad_norm,
+        "head_lr_scale": cfg.head_lr_scale,
+        "eval_batch_size": cfg.eval_batch_size,
+        "log_every": cfg.log_every,
+        "checkpoint_every": cfg.checkpoint_every,
+        "fail_after_epoch": cfg.fail_after_epoch,
+        "pad_id": tokenizer.pad_token_id or 0,
+        "threads": scaling["threads"],
+        "bf16": scaling["bf16"],
+        "train_ids": ids[: len(train)],
+        "train_labels": train.label.to_numpy(dtype=np.int64),
+        "eval_ids": ids[len(train) :],
+        "eval_labels": heldout.label.to_numpy(dtype=np.int64),
+    }
+    result = _fit(loop_config, scaling, storage, cfg.max_failures)
+    train_s = time.perf_counter() - started - prepared_s
+
+    progress = _write_model(result.checkpoint, out, tokenizer)
+    metrics = _metrics(
+        cfg,
+        path,
+        model_config,
+        train,
+        heldout,
+        data_fingerprint,
+        progress,
+        scaling,
+        {"prepare_s": prepared_s, "train_s": train_s, "started": started},
+    )
+    (out / "heldout_ids.txt").write_text("".join(f"{doc_id}\n" for doc_id in heldout.doc_id))
+    # what the model learned from: `xai-ray run` (long_text=auto) cuts long reviews the same way
+    (out / INPUT_FILE).write_text(json.dumps({"truncation": cfg.truncation, "max_length": cfg.max_length}) + "\n")
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    if not cfg.keep_checkpoints:
+        shutil.rmtree(storage, ignore_errors=True)
+    log.info(
+        "fine-tuned model -> %s (held-out accuracy %.4f, %.1f min)",
+        out,
+        metrics["heldout_accuracy"],
+        metrics["timings"]["total_s"] / 60,
+    )
+    return FinetuneResult(out=out, metrics=metrics)
+
+
+def encode(tokenizer, texts: list[str], max_length: int, truncation: str = "head") -> list[np.ndarray]:
+    """Token ids with special tokens, at most ``max_length``; ``head_tail`` keeps a quarter of the budget
+    from the start and the rest from the end of long texts (reviews tend to end with the verdict)."""
+    if truncation == "head":
+        return [
+            np.asarray(x, dtype=np.int32) for x in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+        ]
+    bare, full = tokenizer("a", add_special_tokens=False)["input_ids"], tokenizer("a")["input_ids"]
+    prefix = next(i for i in range(len(full)) if full[i : i + len(bare)] == bare)  # [CLS] ... [SEP] around the text
+    keep = max_length - (len(full) - len(bare))
+    head = prefix + keep // 4
+    out = []
+    for ids in tokenizer(texts)["input_ids"]:
+        if len(ids) > max_length:
+            ids = ids[:head] + ids[len(ids) - (max_length - head) :]
+        out.append(np.asarray(ids, dtype=np.int32))
+    return out
+
+
+def labelled_rows(cfg: FinetuneConfig) -> pd.DataFrame:
+    """The corpus rows with text and a 0/1 label; one-sentence errors for missing or foreign labels."""
+    from xai_ray.data.corpus import read_corpus
+
+    rows = read_corpus(
+        cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.limit, cfg.seed, cfg.clean_html
+    )
+    bad = rows[rows.problem.notna()]
+    if len(bad):  # training on a guessed row is worse than stopping: say which and why
+        raise FinetuneError(
+            f"{len(bad)} rows of {cfg.data!r} cannot be used; the first, {bad.doc_id.iloc[0]!r}: {bad.problem.iloc[0]}"
+        )
+    rows = rows.drop(columns=["problem"])
+    rows = rows[[isinstance(t, str) and bool(t.strip()) for t in rows.text]].reset_index(drop=True)
+    if rows.empty:
+        raise FinetuneError(f"data {cfg.data!r} (split {cfg.split!r}) holds no non-empty texts")
+    missing = int(rows.label.isna().sum())
+    if missing == len(rows):
+        raise FinetuneError(
+            f"data {cfg.data!r} has no labels in column {cfg.label_column!r}; fine-tuning needs a "
+            "0/1 label per row (name the column with --set label_column=NAME)"
+        )
+    if missing:
+        raise FinetuneError(
+            f"{missing} of {len(rows)} rows of {cfg.data!r} have no numeric label in column "
+            f"{cfg.label_column!r}; fine-tuning needs a 0 (negative) or 1 (positive) label per row"
+        )
+    foreign = sorted(set(int(v) for v in rows.label) - set(LABELS))
+    if foreign:
+        shown = ", ".join(map(str, foreign[:5])) + (", ..." if len(foreign) > 5 else "")
+        raise FinetuneError(
+            f"label column {cfg.label_column!r} of {cfg.data!r} holds values outside the classes "
+            f"{{0, 1}} (negative, positive): {shown}"
+        )
+    if not rows.doc_id.is_unique:
+        raise FinetuneError(
+            f"doc ids in {cfg.data!r} are not unique, so the held-out slice cannot be recorded by id; "
+            "name a unique id column with --set id_column=NAME"
+        )
+    rows["label"] = rows.label.astype("int64")
+    return rows
+
+
+def split_rows(rows: pd.DataFrame, eval_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Stratified, seeded split: each class gives ``eval_fraction`` of its rows to the held-out slice."""
+    rng = np.random.default_rng(seed)
+    held: list[int] = []
+    for label in sorted(rows.label.unique()):
+        members = rows.index[rows.label == label].to_numpy()
+        n = min(len(members) - 1, max(1, int(round(eval_fraction * len(members)))))
+        held.extend(rng.permutation(members)[:n].tolist() if n > 0 else [])
+    if len(rows.label.unique()) < 2 or not held:
+        raise FinetuneError("fine-tuning needs rows of both classes (0 and 1), at least two of each")
+    mask = rows.index.isin(held)
+    return rows[~mask].reset_index(drop=True), rows[mask].reset_index(drop=True)
+
+
+def fingerprint_rows(rows: pd.DataFrame) -> str:
+    """sha256 over (doc_id, label, text) of every row used, in order."""
+    digest = hashlib.sha256()
+    for doc_id, label, text in zip(rows.doc_id, rows.label, rows.text):
+        for part in (str(doc_id), str(int(label)), text):
+            digest.update(part.encode("utf-8", errors="surrogatepass"))
+            digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+def plan_scaling(cfg: FinetuneConfig) -> dict:
+    """Workers, CPUs/GPUs per worker, threads and bf16 from the config and the Ray cluster."""
+    import ray
+
+    resources = ray.cluster_resources()
+    gpus = cfg.gpus_per_worker if cfg.gpus_per_worker is not None else (1.0 if resources.get("GPU", 0) >= 1 else 0.0)
+    cpus_total = max(1, int(resources.get("CPU", 1)))
+    if gpus > 0:
+        workers = cfg.workers or max(1, int(resources.get("GPU", 1) // gpus))
+    else:
+        workers = cfg.workers or max(1, int(cpus_total // (cfg.cpus_per_worker or 1)))
+    cpus = cfg.cpus_per_worker or max(1, cpus_total // workers)
+    return {
+        "workers": workers,
+        "gpus_per_worker": gpus,
+        "cpus_per_worker": cpus,
+        "use_gpu": gpus > 0,
+        "threads": max(1, int(cpus)),
+        "bf16": gpus > 0 if cfg.bf16 is None else bool(cfg.bf16),
+    }
+
+
+def _fit(loop_config: dict, scaling: dict, storage: Path, max_failures: int):
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from xai_ray.train.loop import train_loop
+
+    resources = {"CPU": scaling["cpus_per_worker"]}
+    if scaling["use_gpu"]:
+        resources["GPU"] = scaling["gpus_per_worker"]
+    trainer = _trainer_class(TorchTrainer)(
+        train_loop,
+        train_loop_config=loop_config,
+        scaling_config=ScalingConfig(
+            num_workers=scaling["workers"], use_gpu=scaling["use_gpu"], resources_per_worker=resources
+        ),
+        run_config=RunConfig(
+            name=RUN_NAME,
+            storage_path=str(storage),
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
+        ),
+    )
+    log.info(
+        "Ray Train: %d worker(s), %s CPU + %s GPU each, %d thread(s), bf16 %s",
+        scaling["workers"],
+        scaling["cpus_per_worker"],
+        scaling["gpus_per_worker"],
+        scaling["threads"],
+        scaling["bf16"],
+    )
+    try:
+        result = trainer.fit()
+    except Exception:
+        log.error("fine-tuning failed; its checkpoints stay in %s: run the same command again to resume", storage)
+        raise
+    if result.checkpoint is None:
+        raise RuntimeError("training finished without a checkpoint")
+    return result
+
+
+def _trainer_class(base):
+    """``TorchTrainer`` minus the placement-group cleaner when the cluster has no dashboard.
+
+    The cleaner watches the controller through the state API, which lives in the dashboard: without
+    one (``include_dashboard=False``) it warns every second and never exits.
+    """
+    try:
+        from ray._private.worker import get_dashboard_url
+
+        if get_dashboard_url():
+            return base
+    except Exception:
+        return base
+
+    class Trainer(base):
+        def _create_default_callbacks(self):
+            return [
+                c for c in super()._create_default_callbacks() if type(c).__name__ != "PlacementGroupCleanerCallback"
+            ]
+
+    return Trainer
+
+
+def _prepare_storage(storage: Path, job: dict, job_key: str, resume: bool) -> None:
+    marker = storage / "job.json"
+    if storage.exists() and not resume:
+        log.info("resume=false: removing the checkpoints of an earlier run in %s", storage)
+        shutil.rmtree(storage)
+    elif marker.is_file():
+        previous = json.loads(marker.read_text())
+        if previous.get("job_key") != job_key:
+            changed = sorted(
+                k
+                for k in set(job["config"]) | set(previous.get("config", {}))
+                if job["config"].get(k) != previous.get("config", {}).get(k)
+            )
+            if previous.get("data_fingerprint") != job["data_fingerprint"]:
+                changed.append("data")
+            raise FinetuneError(
+                f"{storage.parent} holds an unfinished fine-tune of a different job (changed: "
+                f"{', '.join(changed) or 'unknown'}); use another --out or --set resume=false"
+            )
+        log.info("resuming the unfinished fine-tune in %s", storage)
+    storage.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({**job, "job_key": job_key}, indent=1, default=str))
+
+
+def _tokenizer(name: str, path: str, trust_remote_code: bool):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as err:
+        raise FinetuneError(f"base model {name!r} has no loadable tokenizer ({type(err).__name__})") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise FinetuneError(f"base model {name!r} has no fast tokenizer; the explanations need word ids")
+    return tokenizer
+
+
+def _write_model(checkpoint, out: Path, tokenizer) -> dict:
+    """Copy the final checkpoint's weights + config into ``out`` and save the tokenizer there."""
+    from xai_ray.train.loop import model_files
+
+    with checkpoint.as_directory() as folder:
+        progress = json.loads((Path(folder) / "progress.json").read_text())
+        for file in model_files(folder):
+            shutil.copy2(file, out / file.name)
+    tokenizer.save_pretrained(out)
+    return progress
+
+
+def _metrics(cfg, path, model_config, train, heldout, data_fingerprint, progress, scaling, times) -> dict:
+    from xai_ray.runtime import versions
+
+    final = progress["epochs"][-1]
+    majority = float(heldout.label.value_counts(normalize=True).max())
+    docs = len(train) * cfg.epochs
+    return {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "heldout_accuracy": final["eval_accuracy"],
+        "heldout_loss": final["eval_loss"],
+        "majority_baseline": round(majority, 5),
+        "base": {"name": cfg.base, "path": path, "model_type": model_config.model_type},
+        "model_fingerprint": progress.get("model_fingerprint"),
+        "labels": LABELS,
+        "data": {
+            "source": cfg.data,
+            "split": cfg.split,
+            "fingerprint": data_fingerprint,
+            "train_docs": len(train),
+            "heldout_docs": len(heldout),
+            "train_label_counts": _counts(train),
+            "heldout_label_counts": _counts(heldout),
+        },
+        "epochs": progress["epochs"],
+        "loss_curve": progress["curve"],
+        "starts": progress["starts"],
+        "config": cfg.to_dict(),
+        "scaling": scaling,
+        "timings": {
+            "prepare_s": round(times["prepare_s"], 2),
+            "fit_s": round(times["train_s"], 2),
+            "train_loop_s": round(progress["train_seconds"], 2),
+            "train_docs_per_s": round(docs / max(progress["train_seconds"], 1e-9), 2),
+            "total_s": round(time.perf_counter() - times["started"], 2),
+        },
+        "versions": versions(),
+        "host": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        "heldout_ids": heldout.doc_id.tolist(),
+    }
+
+
+def _counts(rows: pd.DataFrame) -> dict:
+    return {LABELS[int(k)]: int(v) for k, v in rows.label.value_counts().sort_index().items()}
