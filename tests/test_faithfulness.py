@@ -369,7 +369,7 @@ def test_metrics_equal_an_independent_computation_on_real_reviews():
             tolerance = 2e-3 if key[2].startswith("spearman") else 2e-5
             assert got[key] == pytest.approx(value, abs=tolerance), key
             compared += 1
-    assert compared == 3 * (18 * 12 + 11 + 12)
+    assert compared == 3 * (18 * 14 + 13 + 14)  # 14 metrics a ranking: 2 curves x 5 fractions, 2 AOPC, 2 rho
     assert all(dict(row["seconds"])["evaluate"] > 0 for row in rows)
 
 
@@ -434,7 +434,7 @@ def test_pipeline_writes_the_faithfulness_view(evaluated_store):
     frame = con.execute("select * from faithfulness where run_id = 'ev'").df()
     assert frame.doc_id.nunique() == 8
     per_doc = frame.groupby("doc_id").size()
-    assert (per_doc == 3 * 2 * 12 + 11 + 12).all()  # 3 methods x 2 layers, gradient (no rho with itself), random
+    assert (per_doc == 3 * 2 * 14 + 13 + 14).all()  # 3 methods x 2 layers, gradient (no rho with itself), random
     assert set(frame.method) == {"raw", "rollout", "flow", "input_x_gradient", "random"}
     assert frame[frame.method.isin(["input_x_gradient", "random"])].layer.isna().all()
     assert set(frame.metric) == set(fm.metric_names())
@@ -456,7 +456,7 @@ def test_evaluating_a_published_run_later_gives_the_same_metrics(evaluated_store
     key = ["doc_id", "method", "layer", "metric"]
     at_run = con.execute("select * from faithfulness where run_id = 'ev'").df().fillna({"layer": 0}).set_index(key)
     later = con.execute("select * from faithfulness where run_id = 'later'").df().fillna({"layer": 0}).set_index(key)
-    assert len(later) == len(at_run) == 8 * (3 * 2 * 12 + 11 + 12)
+    assert len(later) == len(at_run) == 8 * (3 * 2 * 14 + 13 + 14)
     joined = at_run.join(later, lsuffix="_run", rsuffix="_later")
     np.testing.assert_allclose(joined.value_later, joined.value_run, atol=1e-6)
     manifest = json.loads((evaluated_store / "runs" / "run_id=later" / "manifest.json").read_text())

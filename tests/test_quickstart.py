@@ -52,7 +52,7 @@ def test_quickstart_notebook_runs_in_a_kernel(monkeypatch, tmp_path):
     assert "xai-ray run" in html_of("run = xai_ray.run")  # the run's own summary
     assert "<table" in html_of("top = run.topk")  # a DataFrame
     assert html_of("page = run.report").startswith("<iframe srcdoc=")  # the whole report, inline
-    assert "<table" in html_of("review = xai_ray.report.explain")  # its word scores
+    assert "<table" in html_of("review = xai_ray.explain")  # its word scores
     assert html_of("review").startswith("<iframe srcdoc=")  # the explain page, inline
     chart = [c for c in notebook.cells if c.cell_type == "code" and c.source.startswith("xai_ray.topk_chart(")][0]
     shown = [(key, str(value)) for o in chart.outputs for key, value in o.get("data", {}).items()]

@@ -6,7 +6,7 @@ In a notebook::
     run = xai_ray.run(data="../shared/data/imdb/train.parquet", model="minilm", limit=50, store="store")
     run.docs(); run.words(); run.topk(); run.report()
     con = xai_ray.open_store("store")                    # read-only DuckDB with the views
-    xai_ray.report.explain("A slow start, but superb.", model="minilm")  # renders inline; .scores
+    xai_ray.explain("A slow start, but superb.", model="minilm")  # renders inline; .scores
 """
 
 from xai_ray.methods.base import build_attention

@@ -149,14 +149,27 @@ class Run:
         return self._select("errors")
 
     def topk(
-        self, method: str | None = None, layer: int | None = None, k: int = 20, min_count: int = 1, by: str = "all"
+        self,
+        method: str | None = None,
+        layer: int | None = None,
+        k: int = 20,
+        min_count: int = 1,
+        by: str = "all",
+        *,
+        stat: str = "lift",
+        min_docs: int | None = None,
+        exclude=None,
     ) -> pd.DataFrame:
-        """Top-k words by mean normalised score (``xai-ray topk``); method defaults to rollout if run."""
+        """Top-k words as ``xai-ray topk`` ranks them: mean per-review ``stat`` (``lift`` by default,
+        ``share`` the older one), at least ``min_docs`` reviews (default scaled with the run), each row
+        with its 95% interval; ``exclude``: "punct,stop". Method defaults to rollout if run."""
         from xai_ray.query.top_words import topk
 
         methods = self.manifest.get("config", {}).get("methods") or ["rollout"]
         method = method or ("rollout" if "rollout" in methods else methods[0])
-        return topk(self.con._con, self.run_id, method, layer, k, min_count, by)  # its own named query
+        return topk(
+            self.con._con, self.run_id, method, layer, k, min_count, by, stat=stat, min_docs=min_docs, exclude=exclude
+        )
 
     def report(self, out: str | Path | None = None) -> Page:
         """The run's HTML report (``xai-ray report``), written to ``out`` (default: the run's report.html)."""

@@ -100,7 +100,10 @@ def lock_down(con, readable: list[str], limits: Limits | None = None) -> None:
     connection gets none (a query over ``memory_limit`` then fails instead of spilling).
     """
     con.execute("SET temp_directory = ''")
-    con.execute("SET enable_progress_bar = false")  # it would draw on the terminal among printed rows
+    try:
+        con.execute("SET enable_progress_bar = false")  # it would draw on the terminal among printed rows
+    except duckdb.InvalidInputException:
+        pass  # a Jupyter kernel without ipywidgets refuses to change it at all (and then draws no bar)
     if limits is not None:
         con.execute(f"SET memory_limit = '{_memory(limits.memory_limit)}'")  # SET takes no parameters
         con.execute(f"SET threads = {int(limits.threads)}")
