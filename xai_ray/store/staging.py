@@ -3,15 +3,18 @@
 Layout (private, like the rest of the store's; ``store`` is its only user)::
 
     STORE/_staging/run_id=<id>/identity.json                 what shapes the run's outputs (checked on resume)
-    STORE/_staging/run_id=<id>/_parts/part-<n>.json          one record per committed part: files, doc ids, counts
-    STORE/_staging/run_id=<id>/<table>/.../part-<n>.parquet  the part's rows, one file per table slice
-    STORE/_staging/run_id=<id>/.lock                         held (flock) by the one process writing the run
+    STORE/_staging/run_id=<id>/_parts/part-<key>.json          one record per committed part: files, doc ids, counts
+    STORE/_staging/run_id=<id>/<table>/.../part-<key>.parquet  the part's rows, one file per table slice
+    STORE/_staging/run_id=<id>/.lock                           held (flock) by the one process driving the run
 
-A part's Parquet files are written under temporary names (``*.parquet.tmp``: never matched by the
-views' ``*.parquet``) and renamed into place; then its record is written the same way. A part
-exists only once its record does: on opening, every file no record names is removed. A kill at any
-moment therefore leaves a whole committed part or nothing of it, and the lock, being an ``flock``,
-dies with its process.
+A part's key is a number for parts the driver writes itself, and for parts written by Ray workers
+(``store.parts``) a name derived from what the part holds, so a block written twice (a retried
+task) lands on the same files. A part's Parquet files are written under temporary names (``*.tmp``:
+never matched by the views' ``*.parquet``) and renamed into place; then its record is written the
+same way. A part exists only once its record does: on opening, every file no record names is
+removed. A kill at any moment therefore leaves a whole committed part or nothing of it, and the
+lock, being an ``flock``, dies with its process. Workers never take the lock: the driver holds it
+for them while the run lasts.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class Staging:
         self._check_identity(identity)
         self.records = self._read_records()
         self._sweep()
-        self.next_part = max((r["part"] for r in self.records), default=-1) + 1
+        self.next_part = max((r["part"] for r in self.records if isinstance(r["part"], int)), default=-1) + 1
 
     def _check_identity(self, identity: dict) -> None:
         path = self.folder / "identity.json"
@@ -67,7 +70,7 @@ class Staging:
         records = []
         for path in sorted((self.folder / PARTS).glob("part-*.json")):
             records.append(json.loads(path.read_text()))
-        return sorted(records, key=lambda r: r["part"])
+        return sorted(records, key=_order)
 
     def _sweep(self) -> None:
         """Remove what a killed writer left half done: temporary files and parts without a record."""
@@ -79,21 +82,61 @@ class Staging:
             if path.name.endswith(".tmp") or (path.name.endswith(".parquet") and relative not in committed):
                 path.unlink()
 
-    def commit(self, tables: dict[str, pa.Table], record: dict, row_group_rows: int) -> dict:
+    def commit(
+        self, tables: dict[str, pa.Table], record: dict, row_group_rows: int, options: dict | None = None
+    ) -> dict:
         """Write one part: ``tables`` maps a slice folder (e.g. ``tokens/method=raw/layer=1``) to its rows."""
-        number = self.next_part
-        files = []
-        for folder, table in sorted(tables.items()):
-            path = self.folder / folder / f"part-{number}.parquet"
-            write_parquet_atomically(path, table, durable=True, compression="zstd", row_group_size=row_group_rows)
-            files.append(path.relative_to(self.folder).as_posix())
-        record = {**record, "part": number, "files": files}
-        write_atomically(self.folder / PARTS / f"part-{number}.json", json.dumps(record).encode())
+        record = commit_part(self.folder, self.next_part, tables, record, row_group_rows, options)
         self.records.append(record)
         self.next_part += 1
         return record
+
+    def drop(self, record: dict) -> None:
+        """Remove a part that must not count (a block delivered again under another grouping)."""
+        remove_part(self.folder, record)
 
     def close(self) -> None:
         if not self._lock.closed:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
+
+
+def commit_part(
+    folder: Path, key, tables: dict[str, pa.Table], record: dict, row_group_rows: int, options: dict | None = None
+) -> dict:
+    """Write one part into the staging ``folder``: its files, then its record (which makes it real).
+    Called by the driver (numbered parts) and by Ray workers (named parts) alike."""
+    options = {"compression": "zstd", **(options or {})}
+    files = []
+    for where, table in sorted(tables.items()):
+        path = folder / where / f"part-{key}.parquet"
+        write_parquet_atomically(path, table, durable=True, row_group_size=row_group_rows, **options)
+        files.append(path.relative_to(folder).as_posix())
+    record = {**record, "part": key, "files": files}
+    write_atomically(folder / PARTS / f"part-{key}.json", json.dumps(record).encode())
+    return record
+
+
+def remove_part(folder: Path, record: dict) -> None:
+    """Take a committed part back: its record first (so it stops counting), then its files."""
+    (folder / PARTS / f"part-{record['part']}.json").unlink(missing_ok=True)
+    for name in record["files"]:
+        (folder / name).unlink(missing_ok=True)
+
+
+def read_committed_ids(folder: Path) -> list[str]:
+    """The documents the committed parts of a staging folder hold (read without the lock: what a
+    resumed run will not score again)."""
+    ids: list[str] = []
+    for path in sorted((folder / PARTS).glob("part-*.json")):
+        try:
+            ids.extend(json.loads(path.read_text())["doc_ids"])
+        except (OSError, ValueError, KeyError):
+            continue  # a record being replaced right now: the run's own open reads it properly
+    return ids
+
+
+def _order(record: dict):
+    """Numbered parts in number order, then named parts by name."""
+    part = record["part"]
+    return (0, part, "") if isinstance(part, int) else (1, 0, str(part))

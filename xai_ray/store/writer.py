@@ -16,16 +16,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xai_ray.store import StoreError
 from xai_ray.store.files import write_atomically, write_parquet_atomically
 from xai_ray.store.layout import MANIFEST, run_dir, staging_dir
-from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, HEAD_SIMILARITY, HEADS, TOKENS, WORDS
+from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, HEAD_SIMILARITY, HEADS
 from xai_ray.store.staging import Staging, StagingError
-from xai_ray.words import lift
+from xai_ray.store.tables import PARQUET_OPTIONS, PartTables, error_table, part_tables
 
 ROW_GROUP_ROWS = 256_000
 
@@ -84,6 +83,7 @@ class RunWriter:
         # record, so a resumed run's sums cover every document exactly once.
         self.totals_class = totals
         self.totals = totals() if totals else None
+        self.collected = {record["part"] for record in self.stage.records}
         for record in self.stage.records:
             self._count(record)
         self.reused = {"parts": len(self.stage.records), "docs": self.counts["docs"], "errors": self.counts["errors"]}
@@ -100,49 +100,39 @@ class RunWriter:
             self.totals.merge(self.totals_class.from_state(record["totals"]))
 
     def _clear_pending(self) -> None:
-        self.pending: dict[str, list[pa.Table]] = {}
-        self.pending_rows: dict[str, int] = {}
+        self.pending = PartTables()
         self.pending_ids: list[str] = []
-        self.pending_counts = {"docs": 0, "errors": 0, "tokens": 0, "words": 0, "duplicates": 0}
-        self.pending_fingerprints: set[str] = set()
+        self.pending_duplicates = 0
         self.pending_read_errors = False
         self.pending_totals = self.totals_class() if self.totals_class else None
         self.last_commit = time.monotonic()
 
-    def _add(self, folder: str, table: pa.Table) -> None:
-        self.pending.setdefault(folder, []).append(table)
-        self.pending_rows[folder] = self.pending_rows.get(folder, 0) + table.num_rows
-
     def write(self, rows: pa.Table) -> None:
         """Add one batch of scorer rows (see ``scoring.row_schema``); a document already written is dropped."""
-        table = rows
-        rows = self._first_time(table.to_pylist())
-        if self.pending_totals is not None and rows:
-            fresh = {r["doc_id"] for r in rows}
-            self.pending_totals.add(table.filter(pa.array([d in fresh for d in table.column("doc_id").to_pylist()])))
-        self.pending_fingerprints.update(r["model_fingerprint"] for r in rows if r.get("model_fingerprint"))
-        failed = [row for row in rows if row.get("error")]
-        scored = [row for row in rows if not row.get("error")]
-        if failed:
-            self._add_errors([r["doc_id"] for r in failed], "score", [r["error"] for r in failed])
-        if scored:
-            self._write_faithfulness(scored)
-            self._add_scored(scored)
-        if self.pending and (
-            max(self.pending_rows.values()) >= self.part_rows
+        fresh = self._first_time(rows.column("doc_id").to_pylist())  # per document, not per score
+        if len(fresh) < rows.num_rows:
+            rows = rows.take(pa.array(fresh, pa.int64()))
+        if rows.num_rows == 0:
+            return
+        if self.pending_totals is not None:
+            self.pending_totals.add(rows)
+        part_tables(rows, self.methods, into=self.pending)
+        if self.pending.tables and (
+            max(self.pending.rows().values()) >= self.part_rows
             or time.monotonic() - self.last_commit >= self.part_seconds
         ):
             self.commit()
 
-    def _first_time(self, rows: list[dict]) -> list[dict]:
+    def _first_time(self, doc_ids: list[str]) -> list[int]:
+        """Positions of the rows whose document was not written before (the others are counted)."""
         fresh = []
-        for row in rows:
-            if row["doc_id"] in self.done_ids:
-                self.pending_counts["duplicates"] += 1
+        for i, doc_id in enumerate(doc_ids):
+            if doc_id in self.done_ids:
+                self.pending_duplicates += 1
                 continue
-            self.done_ids.add(row["doc_id"])
-            self.pending_ids.append(row["doc_id"])
-            fresh.append(row)
+            self.done_ids.add(doc_id)
+            self.pending_ids.append(doc_id)
+            fresh.append(i)
         return fresh
 
     def write_errors(self, doc_ids: list[str], stage: str, reasons: list[str]) -> None:
@@ -152,94 +142,46 @@ class RunWriter:
                 return  # a resumed run re-reads the corpus; its read errors are in an earlier part
             self.pending_read_errors = True
         if doc_ids:
-            self._add_errors(list(doc_ids), stage, list(reasons))
+            self.pending.add("errors", error_table(list(doc_ids), stage, list(reasons)), "errors")
 
-    def _add_errors(self, doc_ids, stage, reasons) -> None:
-        self._add(
-            "errors", pa.table({"doc_id": doc_ids, "stage": [stage] * len(doc_ids), "reason": reasons}, schema=ERRORS)
-        )
-        self.pending_counts["errors"] += len(doc_ids)
+    def collect(self, record: dict) -> bool:
+        """Count a part a Ray worker committed (``store.parts``); False when it is dropped.
 
-    def _add_scored(self, scored: list[dict]) -> None:
-        self._add(
-            "docs",
-            pa.table(
-                {
-                    "doc_id": [r["doc_id"] for r in scored],
-                    "label": [r["label"] for r in scored],
-                    "pred": [r["pred"] for r in scored],
-                    "prob_pos": [r["probs"][1] if len(r["probs"]) > 1 else None for r in scored],
-                    "probs": [r["probs"] for r in scored],
-                    "n_tokens": [r["n_tokens"] for r in scored],
-                    "n_words": [len(r["words"]) for r in scored],
-                    "truncated": [r["truncated"] for r in scored],
-                    "text": [r["text"] for r in scored],
-                },
-                schema=DOCS,
-            ),
-        )
-        self.pending_counts["docs"] += len(scored)
-        self.n_layers = self.n_layers or scored[0]["n_layers"]
-        tokens = _long_columns(scored, "tokens")
-        words = _long_columns(scored, "words")
-        spans = [_spans(r) for r in scored]
-        units = _unit_columns(scored, spans)
-        for method in self.methods:
-            token_scores = [np.asarray(r[f"scores_{method}"], np.float32).reshape(r["n_layers"], -1) for r in scored]
-            word_scores = [
-                np.asarray(r[f"word_scores_{method}"], np.float32).reshape(r["n_layers"], -1) for r in scored
-            ]
-            word_raw = [np.asarray(r[f"word_raw_{method}"], np.float32).reshape(r["n_layers"], -1) for r in scored]
-            word_lift = [lift(s, span).astype(np.float32) for s, span in zip(word_scores, spans)]
-            for layer in range(scored[0]["n_layers"]):
-                layer_tokens = np.concatenate([s[layer] for s in token_scores])  # (sum n,)
-                if np.isnan(layer_tokens).all():
-                    continue  # the method does not define this layer (below start_layer)
-                where = f"method={method}/layer={layer + 1}"
-                self._add(f"tokens/{where}", pa.Table.from_arrays([*tokens, pa.array(layer_tokens)], schema=TOKENS))
-                self._add(
-                    f"words/{where}",
-                    pa.Table.from_arrays(
-                        [
-                            *words,
-                            pa.array(np.concatenate([s[layer] for s in word_scores])),
-                            pa.array(np.concatenate([s[layer] for s in word_raw])),
-                            pa.array(np.concatenate([s[layer] for s in word_lift])),
-                            *units,
-                        ],
-                        schema=WORDS,
-                    ),
-                )
-                self.pending_counts["tokens"] += len(layer_tokens)
-                self.pending_counts["words"] += len(words[0])
-
-    def _write_faithfulness(self, scored: list[dict]) -> None:
-        """The evaluation's metric rows, and its per-document failures as ``evaluate`` errors."""
-        metrics, failed = faithfulness_tables(scored)
-        if failed.num_rows:
-            self._add("errors", failed)
-            self.pending_counts["evaluate_errors"] = self.pending_counts.get("evaluate_errors", 0) + failed.num_rows
-        if metrics.num_rows:
-            self._add("faithfulness", metrics)
-            self.pending_counts["faithfulness"] = self.pending_counts.get("faithfulness", 0) + metrics.num_rows
+        The same part delivered twice counts once. A part holding a document another part already
+        holds (a block re-delivered under another grouping) is removed whole and its documents
+        counted as ``duplicates``; any of its documents no other part holds then show up as lost
+        (``pipeline.write`` records those as errors)."""
+        if record["part"] in self.collected:
+            return False
+        seen = [doc_id for doc_id in record["doc_ids"] if doc_id in self.done_ids]
+        if seen:
+            self.stage.drop(record)
+            self.counts["duplicates"] += len(seen)
+            return False
+        self.collected.add(record["part"])
+        self.stage.records.append(record)
+        self._count(record)
+        return True
 
     def commit(self) -> None:
         """Make everything written so far durable as one part (a no-op when nothing is pending)."""
-        if not self.pending and not self.pending_ids and not self.pending_counts["duplicates"]:
+        if not self.pending.tables and not self.pending_ids and not self.pending_duplicates:
             return
-        tables = {folder: pa.concat_tables(parts) for folder, parts in self.pending.items()}
+        counts = {**self.pending.counts, "duplicates": self.pending_duplicates}
         record = {
             "doc_ids": self.pending_ids,
-            "counts": self.pending_counts,
-            "fingerprints": sorted(self.pending_fingerprints),
-            "n_layers": self.n_layers,
+            "counts": counts,
+            "fingerprints": sorted(self.pending.fingerprints),
+            "n_layers": self.n_layers or self.pending.n_layers,
             "read_errors": self.pending_read_errors,
             "totals": self.pending_totals.state() if self.pending_totals is not None else None,
         }
-        record = self.stage.commit(tables, record, ROW_GROUP_ROWS)
-        for key, value in self.pending_counts.items():
+        record = self.stage.commit(self.pending.merged(), record, ROW_GROUP_ROWS, PARQUET_OPTIONS)
+        self.collected.add(record["part"])
+        for key, value in counts.items():
             self.counts[key] = self.counts.get(key, 0) + value
-        self.fingerprints.update(self.pending_fingerprints)
+        self.fingerprints.update(self.pending.fingerprints)
+        self.n_layers = self.n_layers or self.pending.n_layers
         self.read_errors_done = self.read_errors_done or self.pending_read_errors
         if self.totals is not None:
             self.totals.merge(self.pending_totals)
@@ -319,36 +261,3 @@ def add_faithfulness(store: str | Path, run_id: str, metrics: pa.Table, errors: 
     os.rename(staging, run / "faithfulness")
     write_atomically(run / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
     return run / "faithfulness"
-
-
-def _long_columns(rows: list[dict], kind: str) -> list[pa.Array]:
-    """The id columns shared by every method and layer: tokens (doc_id, position, token,
-    word_id) or words (doc_id, word_id, word), for a batch of documents."""
-    if kind == "tokens":
-        index = np.concatenate([np.asarray(r["word_index"], np.int32) for r in rows])
-        return [
-            pa.array(np.repeat([r["doc_id"] for r in rows], [r["n_tokens"] for r in rows]), pa.string()),
-            pa.array(np.concatenate([np.arange(r["n_tokens"], dtype=np.int32) for r in rows])),
-            pa.array([t for r in rows for t in r["tokens"]], pa.string()),
-            pa.array(np.where(index >= 0, index, 0), mask=index < 0, type=pa.int32()),
-        ]
-    return [
-        pa.array(np.repeat([r["doc_id"] for r in rows], [len(r["words"]) for r in rows]), pa.string()),
-        pa.array(np.concatenate([np.arange(len(r["words"]), dtype=np.int32) for r in rows])),
-        pa.array([w for r in rows for w in r["words"]], pa.string()),
-    ]
-
-
-def _spans(row: dict) -> np.ndarray:
-    """A row's per-word unit ids (``word_span``); every word its own unit for rows without them."""
-    span = row.get("word_span")
-    return np.asarray(span if span is not None else np.arange(len(row["words"])), np.int32)
-
-
-def _unit_columns(rows: list[dict], spans: list[np.ndarray]) -> list[pa.Array]:
-    """The words table's span_id and joined columns for a batch of documents."""
-    joined = [w for r in rows for w in (r.get("word_joined") or r["words"])]
-    return [
-        pa.array(np.concatenate(spans) if spans else np.zeros(0, np.int32), pa.int32()),
-        pa.array(joined, pa.string()),
-    ]
