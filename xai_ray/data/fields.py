@@ -42,36 +42,35 @@ def parse_json(text: str):
 
 def read_json_lines(text: str) -> pd.DataFrame:
     """One row per non-blank line; a line that is not a JSON object is a row with a ``problem``."""
-    rows = []
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = parse_json(line)
-        except ValueError as err:
-            message = getattr(err, "msg", str(err))
-            rows.append(
-                _bad_line(number, f"line {number} is not valid JSON ({message} at column {getattr(err, 'colno', '?')})")
-            )
-            continue
-        if not isinstance(value, dict):
-            rows.append(_bad_line(number, f"line {number} is a JSON {_json_kind(value)}, not an object"))
-            continue
-        rows.append({**value, "__problem": None})
+    rows = [json_line_row(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
     frame = pd.DataFrame(rows, dtype=object)  # object: no column inferred to a type, JsonNumber kept
     return frame if "__problem" in frame else frame.assign(__problem=pd.Series(dtype=object))
+
+
+def json_line_row(number: int, line: str) -> dict:
+    """Line ``number`` of a JSONL file as a row: the object's keys, or a ``line-N`` row saying what is wrong."""
+    try:
+        value = parse_json(line)
+    except ValueError as err:
+        message = getattr(err, "msg", str(err))
+        return _bad_line(number, f"line {number} is not valid JSON ({message} at column {getattr(err, 'colno', '?')})")
+    if not isinstance(value, dict):
+        return _bad_line(number, f"line {number} is a JSON {json_kind(value)}, not an object")
+    return {**value, "__problem": None}
+
+
+def json_row(item, index: int, problem: str) -> dict:
+    """Element ``index`` of a ``.json`` array as a row (a non-object element is a row with ``problem``)."""
+    return {**item, "__problem": None} if isinstance(item, dict) else _bad_line(index, problem)
 
 
 def read_json_array(text: str) -> pd.DataFrame:
     """A ``.json`` file: an array of objects, each element a row (a non-object element is named by index)."""
     value = parse_json(text)
     if not isinstance(value, list):
-        raise ValueError(f"the file holds a JSON {_json_kind(value)}, not an array of objects")
+        raise ValueError(f"the file holds a JSON {json_kind(value)}, not an array of objects")
     rows = [
-        {**item, "__problem": None}
-        if isinstance(item, dict)
-        else _bad_line(i, f"element {i} is a JSON {_json_kind(item)}, not an object")
-        for i, item in enumerate(value)
+        json_row(item, i, f"element {i} is a JSON {json_kind(item)}, not an object") for i, item in enumerate(value)
     ]
     return pd.DataFrame(rows, dtype=object) if rows else pd.DataFrame({"__problem": []})
 
@@ -80,7 +79,7 @@ def _bad_line(number: int, problem: str) -> dict:
     return {"__line_id": f"line-{number}", "__problem": problem}
 
 
-def _json_kind(value) -> str:
+def json_kind(value) -> str:
     if isinstance(value, JsonNumber):
         return "number"
     return {str: "string", bool: "boolean", list: "array", dict: "object", type(None): "null"}.get(type(value), "value")
@@ -106,7 +105,7 @@ def id_text(value) -> tuple[str | None, str | None]:
         return repr(value), None
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="backslashreplace"), None
-    return json.dumps(value, default=str)[:80], f"doc_id is a {_json_kind(value)}, not a string or number"
+    return json.dumps(value, default=str)[:80], f"doc_id is a {json_kind(value)}, not a string or number"
 
 
 def label_value(value) -> tuple[int | None, str | None]:

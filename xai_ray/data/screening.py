@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from xai_ray.data.corpus import INVALID_UTF8
+from xai_ray.data.text import INVALID_UTF8
 
 _BAD_BYTE = re.compile(INVALID_UTF8 + "([0-9a-f]{2})")
 
@@ -30,14 +33,10 @@ def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFra
     problems = corpus["problem"] if "problem" in corpus else [None] * len(corpus)
     rows = zip(corpus["doc_id"], corpus["text"], corpus["label"], problems)
     for row, (doc_id, text, label, problem) in enumerate(rows):
-        missing_id = _missing(doc_id) or not str(doc_id).strip()
-        doc_id = f"row-{row}" if missing_id else _BAD_BYTE.sub(r"\\x\1", str(doc_id))
+        doc_id, reason = local_problem(row, doc_id, text, label, problem, classes)
         ids.append(doc_id)
-        reason = (
-            "doc_id is missing (named here by its row)"
-            if missing_id
-            else _problem(row, doc_id, text, label, classes, first_row, None if _missing(problem) else problem)
-        )
+        if doc_id in first_row and not (reason or "").startswith(MISSING_ID):
+            reason = duplicate(row, first_row[doc_id])  # a repeated id is named as such, whatever else
         if reason is None:
             first_row[doc_id] = row
             keep.append(row)
@@ -49,9 +48,23 @@ def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFra
     return kept.reset_index(drop=True), errors
 
 
-def _problem(row, doc_id, text, label, classes, first_row, found) -> str | None:
-    if doc_id in first_row:
-        return f"duplicate doc_id: row {row} repeats the id of row {first_row[doc_id]}, which is kept"
+MISSING_ID = "doc_id is missing"
+
+
+def duplicate(row: int, first: int) -> str:
+    return f"duplicate doc_id: row {row} repeats the id of row {first}, which is kept"
+
+
+def local_problem(row: int, doc_id, text, label, found, classes) -> tuple[str, str | None]:
+    """(the row's id as stored, why the row alone cannot be scored or None): everything screening
+    decides without looking at other rows (a repeated id is ``screen``'s, or ``verdicts``')."""
+    if _missing(doc_id) or not str(doc_id).strip():
+        return f"row-{row}", f"{MISSING_ID} (named here by its row)"
+    doc_id = _BAD_BYTE.sub(r"\\x\1", str(doc_id))
+    return doc_id, _problem(text, label, classes, None if _missing(found) else found)
+
+
+def _problem(text, label, classes, found) -> str | None:
     if found and found.startswith("label ") and classes is not None:
         return (
             f"{found} (the model's classes are {', '.join(map(str, classes))}); "
@@ -87,3 +100,43 @@ def _missing(value) -> bool:
         return value is None or bool(pd.isna(value))
     except (TypeError, ValueError):  # arrays and other containers are not "missing"
         return False
+
+
+# ------------------------------------------------------------------ the same rules, column-wise
+
+TODO, REJECTED, DUPLICATE, DONE, UNCHANGED = 0, 1, 2, 3, 4
+VERDICTS = pa.schema([("pos", pa.int64()), ("verdict", pa.int8()), ("doc_id", pa.string()), ("reason", pa.string())])
+
+
+def verdicts(rows: pa.Table) -> pa.Table:
+    """Every row ``screen`` would not score, decided over all rows of the corpus at once.
+
+    ``rows``: ``pos`` (the row's number in input order), ``doc_id`` (as stored), ``missing`` (the
+    id was missing), ``reason`` (``local_problem``'s, or null), ``done`` and ``unchanged`` (kept
+    rows a resumed run or a nightly run need not score). Returns ``VERDICTS`` rows sorted by
+    ``pos``: REJECTED (with the local reason), DUPLICATE (a later row with the id of a kept row:
+    the first row without a problem wins, as in ``screen``), DONE and UNCHANGED. Rows to score
+    (TODO) are left out, so the result stays as small as what is not scored.
+    """
+    pos = rows.column("pos").to_numpy()
+    missing = rows.column("missing").to_numpy(zero_copy_only=False)
+    ok = pc.is_null(rows.column("reason")).to_numpy(zero_copy_only=False) & ~missing
+    candidates = rows.filter(pa.array(ok)).select(["doc_id", "pos"])
+    first = candidates.group_by("doc_id").aggregate([("pos", "min")]).rename_columns(["doc_id", "first"])
+    joined = rows.append_column("row", pa.array(np.arange(rows.num_rows))).join(first, "doc_id", join_type="left outer")
+    joined = joined.sort_by("row")  # the join does not keep the order
+    first_pos = joined.column("first").to_numpy(zero_copy_only=False)
+    has_first = pc.is_valid(joined.column("first")).to_numpy(zero_copy_only=False) & ~missing
+    first_pos = np.where(has_first, np.nan_to_num(first_pos, nan=-1), -1).astype(np.int64)
+    verdict = np.where(missing | ~has_first | (pos < first_pos), REJECTED, TODO).astype(np.int8)
+    verdict[has_first & (pos > first_pos)] = DUPLICATE
+    winner = has_first & (pos == first_pos)
+    verdict[winner & rows.column("done").to_numpy(zero_copy_only=False)] = DONE
+    verdict[winner & rows.column("unchanged").to_numpy(zero_copy_only=False)] = UNCHANGED
+    reasons = rows.column("reason").to_pylist()
+    for i in np.nonzero(verdict == DUPLICATE)[0]:
+        reasons[i] = duplicate(int(pos[i]), int(first_pos[i]))
+    out = pa.Table.from_arrays(
+        [pa.array(pos), pa.array(verdict), rows.column("doc_id"), pa.array(reasons, pa.string())], schema=VERDICTS
+    )
+    return out.filter(pa.array(verdict != TODO)).sort_by("pos")
