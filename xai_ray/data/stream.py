@@ -68,13 +68,16 @@ class Corpus:
             chosen = ray.put(sample_rows(n_source, self.limit, self.seed))
         return replace(self, plan=found, offsets=[int(o) for o in offsets], n_source=n_source, chosen=chosen)
 
-    def rows(self):
+    def rows(self, beside_actors: bool = False):
         """A Ray Dataset of the source's rows: ``pos`` (in input order, after the sample), ``doc_id``
-        (rows of a source without ids named ``{split}-{row}``), ``text``, ``label``, ``problem``."""
+        (rows of a source without ids named ``{split}-{row}``), ``text``, ``label``, ``problem``.
+        ``beside_actors``: read by tasks that ask for no CPU, as scoring actors may hold them all."""
         corpus = self.counted()
-        source = ray.data.read_datasource(PieceSource(corpus.plan), override_num_blocks=len(corpus.plan.pieces))
+        pieces = len(corpus.plan.pieces)
+        cpus = {"num_cpus": 0, "concurrency": max(1, min(pieces, 4))} if beside_actors else {}
+        source = ray.data.read_datasource(PieceSource(corpus.plan), override_num_blocks=pieces, **cpus)
         place = partial(_place, offsets=corpus.offsets, split=corpus.plan.split)
-        return source.map_batches(place, fn_args=[corpus.chosen], batch_format="pyarrow", batch_size=None)
+        return source.map_batches(place, fn_args=[corpus.chosen], batch_format="pyarrow", batch_size=None, **cpus)
 
 
 def _run(dataset) -> dict:
@@ -180,9 +183,19 @@ class Screened:
         each block longest first (batches of similar lengths pad little), in blocks of ``batch_size``.
         ``sample``: ranks, among the rows a run keeps (``counts['kept']``), of the head-similarity sample."""
         side = _side_table.remote(*self.verdicts)
+        ray.wait([side], fetch_local=False)  # ready before any actor asks for it
         pick = partial(_todo, batch_size=batch_size)
         sample = np.asarray(sample if sample is not None else [], np.int64)
-        return self.corpus.rows().map_batches(pick, fn_args=[side, sample], batch_format="pyarrow", batch_size=None)
+        rows = self.corpus.rows(beside_actors=True)
+        pieces = len(self.corpus.plan.pieces)
+        return rows.map_batches(
+            pick,
+            fn_args=[side, sample],
+            batch_format="pyarrow",
+            batch_size=None,
+            num_cpus=0,  # beside the actors, as the read
+            concurrency=max(1, min(pieces, 4)),
+        )
 
 
 def screen(corpus: Corpus, classes=None, done=None, known=None) -> Screened:
@@ -269,7 +282,7 @@ def _count_verdicts(*tables: pa.Table) -> dict:
     return counts
 
 
-@ray.remote(num_cpus=1)
+@ray.remote(num_cpus=0)  # tiny, and awaited by actors that may hold every CPU
 def _side_table(*tables: pa.Table) -> pa.Table:
     """The verdicts the second pass looks rows up in: ``pos`` (sorted) and ``verdict``."""
     return pa.concat_tables([screening.VERDICTS.empty_table(), *tables]).select(["pos", "verdict"]).sort_by("pos")

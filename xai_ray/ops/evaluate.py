@@ -54,7 +54,7 @@ def evaluate_run(
     log.info("evaluating run %s: %d documents", run_id, len(corpus))
     metrics, errors, seconds, fingerprints = [], [], {}, set()
     bar = Progress(len(corpus), "evaluating", "documents")
-    for batch in pipeline.score(corpus, cfg):
+    for batch in pipeline.score(corpus, cfg).iter_batches(batch_format="pyarrow", batch_size=None):
         bar.update(batch.num_rows)
         scored = [row for row in batch.to_pylist() if not row.get("error")]
         fingerprints.update(row["model_fingerprint"] for row in scored if row.get("model_fingerprint"))

@@ -21,7 +21,6 @@ Documents that failed (the ``errors`` table) are tried again the next night. A s
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -32,15 +31,13 @@ from datetime import date as Date
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
-
 from xai_ray import pipeline, runtime
 from xai_ray.config import ConfigError, RunConfig
-from xai_ray.data.screening import screen
 from xai_ray.model.loading import describe_model
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, remote
 from xai_ray.store import layout as store_layout
+from xai_ray.store.staging import read_committed_ids
 
 log = logging.getLogger("xai_ray")
 PREFIX = "nightly-"
@@ -92,14 +89,17 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
             message = f"night {date} is already scored (run {run_id}): nothing scored again"
         else:
             corpus = pipeline.read(cfg)
-            kept, rejected = screen(corpus, model["labels"])  # the same screening as `run`: first of two ids wins
-            new = new_documents(local, kept, runs)
-            if new.empty:
-                message = f"no new or changed documents among {len(corpus)}: nothing to score"
+            # the same screening as `run` (first of two ids wins), on Ray workers; what is already
+            # scored comes from the store: ids with the sha256 of their text, and a killed night's parts
+            done = read_committed_ids(store_layout.staging_dir(local, run_id))
+            screened = pipeline.screen(corpus, model["labels"], done=done, known=known_documents(local, runs))
+            new, n_corpus = screened.counts["kept"], screened.n_input
+            if not new:
+                message = f"no new or changed documents among {n_corpus}: nothing to score"
             else:
-                counts = _score(cfg, local, run_id, new, rejected, len(corpus), runs, key, model)
-                runs, scored = [*runs, run_id], len(new)
-                message = f"scored {scored} new or changed documents of {len(corpus)} into run {run_id}"
+                counts = _score(cfg, local, run_id, screened, runs, key, model)
+                runs, scored = [*runs, run_id], new
+                message = f"scored {scored} new or changed documents of {n_corpus} into run {run_id}"
         log.info("nightly %s: %s", date, message)
         if not runs:
             raise NightlyError(f"nothing scored yet in {cfg.store!r} and nothing to score in {cfg.data!r}")
@@ -209,38 +209,31 @@ def matching_runs(local: Path, key: dict, through: str) -> list[str]:
     return sorted(runs)
 
 
-def new_documents(local: Path, corpus: pd.DataFrame, runs: list[str]) -> pd.DataFrame:
-    """Corpus rows whose id is unscored, or scored with another text (sha256 of the cleaned text)."""
+def known_documents(local: Path, runs: list[str]):
+    """An Arrow table ``doc_id, text_sha256`` of every document of ``runs`` (its latest version), or
+    None: what screening compares the corpus with (a known id is scored again only with a new text)."""
+    import pyarrow as pa
+
     from xai_ray.query.connection import open_union, run_named
 
     if not runs:
-        return corpus.reset_index(drop=True)
+        return None
     label = "nightly-known"
     scored = run_named(open_union(local, runs, label), "nightly_doc_ids", run_id=label)
-    known = dict(zip(scored.doc_id, scored.text_sha256))
-    digests = [hashlib.sha256((t if isinstance(t, str) else "").encode()).hexdigest() for t in corpus.text]
-    keep = [known.get(doc_id) != digest for doc_id, digest in zip(corpus.doc_id, digests)]
-    return corpus[keep].reset_index(drop=True)
+    return pa.table(
+        {"doc_id": pa.array(scored.doc_id, pa.string()), "text_sha256": pa.array(scored.text_sha256, pa.string())}
+    )
 
 
-def _score(
-    cfg: RunConfig,
-    local: Path,
-    run_id: str,
-    new: pd.DataFrame,
-    rejected: pd.DataFrame,
-    n_corpus: int,
-    runs: list[str],
-    key: dict,
-    model: dict,
-) -> dict:
+def _score(cfg: RunConfig, local: Path, run_id: str, screened, runs: list[str], key: dict, model: dict) -> dict:
     """Tonight's run, through the pipeline's one publishing path: the new documents scored, tonight's
     rejected rows recorded as errors (they are tried again every night until they pass). Returns the
     run's counts (docs, errors, ...)."""
+    counts = screened.counts
     night = {
-        "corpus_documents": n_corpus,
-        "scored_documents": len(new),
-        "rejected_documents": len(rejected),
+        "corpus_documents": screened.n_input,
+        "scored_documents": counts["kept"],
+        "rejected_documents": counts["rejected"] + counts["duplicates"],
         "earlier_runs": runs,
         "key": key,
     }
@@ -251,8 +244,8 @@ def _score(
         report=False,
         extra={**cfg.extra, "nightly": night, **({"store_uri": cfg.store} if remote.is_uri(cfg.store) else {})},
     )
-    log.info("nightly: scoring %d new or changed documents of %d", len(new), n_corpus)
-    manifest = pipeline.publish(new, rejected, run_cfg, n_input=len(new) + len(rejected), model=model).manifest
+    log.info("nightly: scoring %d new or changed documents of %d", counts["kept"], screened.n_input)
+    manifest = pipeline.publish(screened, run_cfg, model=model).manifest
     if remote.is_uri(cfg.store):
         remote.push_run(local, cfg.store, run_id)
     return manifest["counts"]

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from xai_ray.store.layout import staging_dir
 from xai_ray.store.staging import commit_part
-from xai_ray.store.tables import PARQUET_OPTIONS, error_table, part_tables
+from xai_ray.store.tables import PARQUET_OPTIONS, error_table, part_tables, stage_seconds
 
 ROW_GROUP_ROWS = 256_000
 
@@ -66,6 +66,7 @@ class PartWriter:
             "n_layers": found.n_layers or _n_layers(rows),
             "read_errors": False,
             "totals": totals,
+            "seconds": stage_seconds(rows),  # where the scoring time went, for the manifest
             "node": node,
         }
         return commit_part(self.folder, part_key(ids), found.merged(), record, ROW_GROUP_ROWS, PARQUET_OPTIONS)

@@ -242,3 +242,14 @@ def _add_faithfulness(out: PartTables, scored: pa.Table) -> None:
         schema=FAITHFULNESS,
     )
     out.add("faithfulness", table, "faithfulness")
+
+
+def stage_seconds(rows: pa.Table) -> dict[str, float]:
+    """The scorer's per-stage seconds summed over a batch (its ``seconds`` map column)."""
+    if "seconds" not in rows.column_names:
+        return {}
+    column = rows.column("seconds").combine_chunks()
+    if column.null_count == len(column):
+        return {}
+    flat = pa.table({"stage": column.keys, "seconds": column.items}).group_by("stage").aggregate([("seconds", "sum")])
+    return dict(zip(flat.column("stage").to_pylist(), flat.column("seconds_sum").to_pylist()))

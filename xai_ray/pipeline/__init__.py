@@ -1,38 +1,37 @@
-"""The straight line: read -> score on Ray actors -> write Parquet -> aggregate -> report.
+"""The straight line: read -> screen -> score -> write -> aggregate -> report.
 
-Each stage takes and returns plain values (a DataFrame, an iterator of Arrow tables, a folder),
-so a notebook can call any one of them alone.
+The corpus never passes through the driver. ``read`` plans the source (names, headers, Parquet
+footers); ``screen`` runs on Ray workers and leaves only counts here; ``score`` streams the rows
+to the scoring actors; ``write`` has Ray workers commit the scored rows as parts of the run's
+staging, and the driver collects their records and publishes. Each stage can be called alone
+(``score`` and ``write`` also take a DataFrame or Arrow tables, for a notebook or a test).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import platform
 import secrets
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 import yaml
 
 from xai_ray.config import RunConfig
-from xai_ray.data.corpus import read_corpus
-from xai_ray.data.screening import screen
 from xai_ray.methods.head_summary import HeadTotals
 from xai_ray.model.loading import describe_model
-from xai_ray.progress import Progress, native_stderr_into, route_noise
-from xai_ray.runtime import ensure_ray, versions
+from xai_ray.pipeline.writing import build_manifest, write, write_parts
+from xai_ray.progress import native_stderr_into, route_noise
+from xai_ray.runtime import ensure_ray
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, layout, remote
 from xai_ray.store.files import write_atomically
 from xai_ray.store.writer import RunWriter, check_store
 
 log = logging.getLogger("xai_ray")
+__all__ = ["run", "publish", "read", "screen", "score", "write", "write_parts", "aggregate", "report", "build_manifest"]
 
 
 @dataclass
@@ -58,41 +57,37 @@ def run(cfg: RunConfig) -> RunResult:
     with native_stderr_into(logged):  # and what Ray's C++ core writes to stderr
         model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
         corpus = read(cfg)
-        kept, rejected = screen(corpus, model["labels"])
-        return publish(kept, rejected, cfg, n_input=len(corpus), model=model, started=started)
+        writer = open_writer(cfg, cfg.run_id)  # a resumed run's committed documents are not scored again
+        try:
+            screened = screen(corpus, model["labels"], done=writer.done_ids)
+        except BaseException:
+            writer.abort(keep_parts=bool(writer.stage.records))
+            raise
+        return publish(screened, cfg, model=model, writer=writer, started=started)
 
 
-def publish(
-    kept: pd.DataFrame, rejected: pd.DataFrame, cfg: RunConfig, n_input: int, model: dict, started: float | None = None
-) -> RunResult:
-    """Stages 2-5 for screened rows: score ``kept`` on actors, record ``rejected`` as errors, write,
-    publish, aggregate, report. Every job that publishes a run (``run``, ``nightly``, jobs on a
-    cluster) comes through here, so each input row ends up exactly once in ``docs`` or ``errors``."""
+def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = None, started: float | None = None):
+    """Stages 3-6 for a screened corpus: score its rows on actors, have workers write them with the
+    screened-out rows as errors, publish, aggregate, report. Every job that publishes a run (``run``,
+    ``nightly``, jobs on a cluster) comes through here, so each input row ends up exactly once in
+    ``docs`` or ``errors``."""
     started = started or time.perf_counter()
     run_id = cfg.run_id or new_run_id()
-    cfg = resolved(cfg)
-    writer = open_writer(cfg, run_id)
-    kept = kept.assign(heads_sample=heads_sample(len(kept), cfg))  # over all rows: a resume keeps the sample
-    todo = kept[~kept["doc_id"].isin(writer.done_ids)].reset_index(drop=True)
+    cfg = resolved(replace(cfg, run_id=run_id))
+    writer = writer or open_writer(cfg, run_id)
+    counts = screened.counts
     if writer.reused["parts"]:
         log.info(
             "resuming run %s: %d documents already committed in %d part(s); %d left to score",
             run_id,
-            len(kept) - len(todo),
+            counts["done"],
             writer.reused["parts"],
-            len(todo),
+            counts["todo"],
         )
-    rows = score(todo, cfg) if len(todo) else iter(())
+    rows = score(screened, cfg) if counts["todo"] else None
+    n_input = counts["rows"] - counts["unchanged"]  # the rows this run accounts for, in docs or errors
     run_dir, manifest = write(
-        rows,
-        cfg,
-        run_id,
-        n_input=n_input,
-        started=started,
-        model=model,
-        writer=writer,
-        rejected=rejected,
-        todo=todo["doc_id"],
+        rows, cfg, run_id, n_input=n_input, started=started, model=model, writer=writer, screened=screened
     )
     summary = aggregate(cfg.store, run_id, cfg.top_k)
     log.info("run %s: %s", run_id, summary)
@@ -179,17 +174,33 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
-def read(cfg: RunConfig) -> pd.DataFrame:
-    """Stage 1: the corpus as ``doc_id, text, label`` rows."""
-    corpus = read_corpus(
-        cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.limit, cfg.seed, cfg.clean_html
-    )
-    log.info("read %d documents from %s", len(corpus), cfg.data)
-    return corpus
+def read(cfg: RunConfig):
+    """Stage 1: the corpus, planned (``data.stream.Corpus``): its pieces found from names, headers and
+    footers; a source it cannot read is refused here, before Ray starts. Nothing is read yet."""
+    from xai_ray.data.sources import plan
+    from xai_ray.data.stream import Corpus
+
+    found = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
+    log.info("reading %s: %d piece(s)", cfg.data, len(found.pieces))
+    return Corpus(found, limit=cfg.limit, seed=cfg.seed)
 
 
-def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
-    """Stage 2: score on a pool of Ray actors; yields Arrow batches of scorer rows."""
+def screen(corpus, classes=None, done=None, known=None):
+    """Stage 2: screen the corpus on Ray workers (``data.stream.screen``): bad rows, repeated ids,
+    labels outside the model's classes; ``done``/``known`` leave out what a resumed or nightly run
+    need not score. Returns a ``Screened`` (counts here, the verdicts in Ray's object store)."""
+    from xai_ray.data.stream import screen as screen_stream
+
+    screened = screen_stream(corpus, classes, done=done, known=known)
+    log.info("screened %d rows: %s", screened.n_input, screened.counts)
+    return screened
+
+
+def score(rows, cfg: RunConfig):
+    """Stage 3: score on a pool of Ray actors; returns the Ray Dataset of scorer rows (lazy).
+
+    ``rows``: a ``Screened`` corpus (streamed from the source), a Ray Dataset of ``doc_id, text,
+    label`` rows, or a DataFrame of them (a notebook, ``xai-ray evaluate``)."""
     import ray
     from ray.data import ActorPoolStrategy
 
@@ -204,11 +215,7 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
         else (1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0)
     )
     actors = cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor)
-    ordered = order_corpus(corpus, cfg)
-    table = pa.Table.from_pandas(ordered, preserve_index=False)
-    n_blocks = max(1, min(len(ordered) // max(cfg.batch_size, 1), actors * 8))
-    step = -(-table.num_rows // n_blocks)
-    dataset = ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)])
+    dataset, n_docs = _scorer_input(rows, cfg, actors)
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
     defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
@@ -239,29 +246,47 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
             compute=ActorPoolStrategy(min_size=1, max_size=cpu_workers),
             num_cpus=1,
         )
-    log.info("scoring %d documents on %d actor(s), %.0f GPU each", len(ordered), actors, gpus)
-    yield from scored.iter_batches(batch_format="pyarrow", batch_size=None)
+    log.info("scoring %d documents on %d actor(s), %.0f GPU each", n_docs, actors, gpus)
+    return scored
+
+
+def _scorer_input(rows, cfg: RunConfig, actors: int):
+    """(a Ray Dataset of the rows to score, how many) for what ``score`` was given."""
+    import pyarrow as pa
+    import ray
+
+    if isinstance(rows, pd.DataFrame):
+        ordered = order_corpus(rows, cfg)
+        table = pa.Table.from_pandas(ordered, preserve_index=False)
+        n_blocks = max(1, min(len(ordered) // max(cfg.batch_size, 1), actors * 8))
+        step = max(1, -(-table.num_rows // n_blocks))
+        return ray.data.from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)]), len(rows)
+    if isinstance(rows, ray.data.Dataset):
+        return rows, rows.count()
+    counts = rows.counts
+    return rows.todo(cfg.batch_size, heads_sample_ranks(counts["kept"], cfg)), counts["todo"]
 
 
 def order_corpus(corpus: pd.DataFrame, cfg: RunConfig) -> pd.DataFrame:
-    """The corpus as the actors get it: longest first (batches hold similar lengths, so little
-    padding, and memory trouble shows early), with the head-similarity sample marked."""
+    """A DataFrame corpus as the actors get it: longest first (batches hold similar lengths, so
+    little padding, and memory trouble shows early), with the head-similarity sample marked."""
     order = corpus["text"].map(lambda t: len(t) if isinstance(t, str) else 0).sort_values(ascending=False).index
     ordered = corpus.loc[order].reset_index(drop=True)
-    if "heads_sample" not in ordered:  # run() marks it over the whole corpus; a lone call here
-        ordered["heads_sample"] = heads_sample(len(ordered), cfg)
+    if "heads_sample" not in ordered:  # ranks in input order, as a screened corpus marks them
+        import numpy as np
+
+        ordered["heads_sample"] = np.isin(corpus.index.get_indexer(order), heads_sample_ranks(len(ordered), cfg))
     return ordered
 
 
-def heads_sample(n_docs: int, cfg: RunConfig):
-    """Which documents the actors compare heads on (Jensen-Shannon): a seeded random ``heads_sample``."""
+def heads_sample_ranks(n_docs: int, cfg: RunConfig):
+    """Which documents the actors compare heads on (Jensen-Shannon): a seeded random ``heads_sample``
+    of the ``n_docs`` documents a run keeps, as their ranks in input order."""
     import numpy as np
 
-    chosen = np.zeros(n_docs, dtype=bool)
-    if cfg.heads and cfg.heads_sample:
-        picked = np.random.default_rng(cfg.seed).choice(n_docs, size=min(cfg.heads_sample, n_docs), replace=False)
-        chosen[picked] = True
-    return chosen
+    if not (cfg.heads and cfg.heads_sample) or n_docs == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.random.default_rng(cfg.seed).choice(n_docs, size=min(cfg.heads_sample, n_docs), replace=False)
 
 
 def _auto_actors(gpus: float, cpus_per_actor: float) -> int:
@@ -273,109 +298,8 @@ def _auto_actors(gpus: float, cpus_per_actor: float) -> int:
     return max(1, int(resources.get("CPU", 1) // max(cpus_per_actor, 1)))
 
 
-def write(
-    rows: Iterable[pa.Table],
-    cfg: RunConfig,
-    run_id: str,
-    n_input: int,
-    started: float | None = None,
-    model: dict | None = None,
-    writer: RunWriter | None = None,
-    rejected: pd.DataFrame | None = None,
-    todo: Iterable[str] | None = None,
-):
-    """Stage 3: write scorer rows into the store and publish the run; returns (run folder, manifest).
-
-    ``rejected`` rows (from ``screen``) go to ``errors``; every id in ``todo`` that no scorer row
-    came back for is recorded as an error too, so the run accounts for each input document.
-    On failure the committed parts stay in staging for ``xai-ray run --resume``.
-    """
-    started = started or time.perf_counter()
-    writer = writer or open_writer(cfg, run_id)
-    done = 0
-    n_todo = len(todo) if todo is not None else n_input
-    bar = Progress(n_todo, "scoring", "documents")
-    actor_seconds: dict[str, float] = {}  # summed over actors: where the scoring time went
-    score_started = time.perf_counter()
-    try:
-        if rejected is not None:
-            writer.write_errors(rejected["doc_id"].tolist(), "read", rejected["reason"].tolist())
-        for batch in rows:
-            writer.write(batch)
-            for stages in batch.column("seconds").to_pylist():
-                for stage, seconds in stages or []:
-                    actor_seconds[stage] = actor_seconds.get(stage, 0.0) + seconds
-            done += batch.num_rows
-            bar.update(batch.num_rows)
-        bar.close()
-        log.debug("scored %d/%d documents", done, n_todo)
-        lost = [doc_id for doc_id in (todo if todo is not None else []) if doc_id not in writer.done_ids]
-        if lost:  # cannot happen unless a block vanished; recorded rather than silently missing
-            log.error("%d documents came back from no actor; recorded as errors", len(lost))
-            writer.write_errors(lost, "score", ["no result came back from the scoring actors"] * len(lost))
-        writer.commit()  # the last part, so the fingerprints and counts below are complete
-        if len(writer.fingerprints) > 1:
-            raise RuntimeError(f"actors loaded different weights: {sorted(writer.fingerprints)}")
-        score_s = time.perf_counter() - score_started
-        model = model or describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
-        model = {
-            **model,
-            "fingerprint": next(iter(writer.fingerprints), None),
-            "n_layers": writer.n_layers or model["n_layers"],
-        }
-        manifest = build_manifest(cfg, run_id, model, n_input, score_s, started)
-        manifest["timings"]["docs_per_s"] = round(done / max(score_s, 1e-9), 3)  # this attempt's documents
-        manifest["timings"]["actor_seconds"] = {k: round(v, 3) for k, v in sorted(actor_seconds.items())}
-        manifest["resumed"] = {**writer.reused, "docs_scored_now": done}
-        head_totals = writer.totals  # per-head sums over every committed part
-        if head_totals is not None and head_totals.n_docs:
-            writer.write_whole("heads", head_totals.heads_table())
-            manifest["heads"] = {
-                "documents": head_totals.n_docs,
-                "rows": head_totals.n_rows,
-                "similarity_documents": head_totals.jsd_docs,
-                "similarity_rows": head_totals.jsd_rows,
-            }
-        if head_totals is not None and head_totals.jsd is not None:
-            writer.write_whole("head_similarity", head_totals.similarity_table())
-        run_dir = writer.publish(manifest)
-    except BaseException:
-        bar.close(failed=True)
-        writer.abort(keep_parts=True)
-        if writer.stage.records:
-            log.error(
-                "run %s stopped; %d committed part(s) kept: finish it with `xai-ray run --resume %s --store %s`",
-                run_id,
-                len(writer.stage.records),
-                run_id,
-                cfg.store,
-            )
-        raise
-    log.info("published run %s into %s (%s)", run_id, run_dir, writer.counts)
-    return run_dir, {**manifest, "counts": writer.counts}
-
-
-def build_manifest(cfg, run_id, model: dict, n_input, score_s, started) -> dict:
-    return {
-        "run_id": run_id,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "status": "complete",
-        "config": cfg.to_dict(),
-        "model": model,
-        "attention": cfg.attention_options,
-        "input_documents": n_input,
-        "timings": {
-            "score_and_write_s": round(score_s, 3),
-            "total_s": round(time.perf_counter() - started, 3),
-            "docs_per_s": round(n_input / max(score_s, 1e-9), 3),
-        },
-        "versions": versions(),
-        "host": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
-    }
-
-
 def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
-    """Stage 4: the run's corpus-wide aggregates, kept beside it for the report, and its headline
+    """Stage 5: the run's corpus-wide aggregates, kept beside it for the report, and its headline
     numbers and top words (rollout if present, else the first method) for the log."""
     from xai_ray.query.connection import open_store, pick_run, run_named
     from xai_ray.query.top_words import keep_word_totals, topk
@@ -394,7 +318,7 @@ def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
 
 
 def report(store: str | Path, run_id: str, out: str | Path) -> Path:
-    """Stage 5: one self-contained HTML report of the run."""
+    """Stage 6: one self-contained HTML report of the run."""
     from xai_ray.report.page import build_report
 
     return build_report(store, run_id, out)

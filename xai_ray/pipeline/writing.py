@@ -1,0 +1,244 @@
+"""Stage 4, writing: Ray workers commit the scored rows as parts; the driver collects and publishes.
+
+``write_parts`` adds a write stage after the scoring actors: Ray tasks turn each block of scorer
+rows into one committed part of the run's staging (``store.parts``: Arrow column by column) and
+send back only its record. ``write`` counts the records (``RunWriter.collect``: a part delivered
+twice counts once, a part overlapping another is dropped), records the screened-out rows and any
+document no part came back for as errors, and publishes the run with its manifest. Given Arrow
+tables instead (a notebook, a test), the driver writes them itself through the same tables code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from xai_ray.config import RunConfig
+from xai_ray.methods.head_summary import HeadTotals
+from xai_ray.model.loading import describe_model
+from xai_ray.progress import Progress
+from xai_ray.runtime import versions
+from xai_ray.store.parts import PartWriter
+from xai_ray.store.tables import stage_seconds
+from xai_ray.store.writer import RunWriter
+
+log = logging.getLogger("xai_ray")
+READ_ERRORS_PART = "read"  # the one part holding the screened-out rows: a resumed run rewrites it in place
+
+
+def write_parts(scored, cfg: RunConfig, run_id: str, writers: int | None = None) -> Iterator[dict]:
+    """Run ``scored`` (a Ray Dataset of scorer rows) through a write stage on Ray workers; yields the
+    records of the parts they commit, as they come (the rows stay on the workers)."""
+    import ray
+
+    writers = writers or max(2, int(ray.cluster_resources().get("CPU", 2)))
+    records = scored.map_batches(
+        _write_block,
+        fn_kwargs={
+            "store": str(Path(cfg.store).resolve()),  # workers do not share the driver's working directory
+            "run_id": run_id,
+            "methods": list(cfg.methods),
+            "heads": cfg.heads,
+        },
+        batch_size=docs_per_part(cfg),
+        batch_format="pyarrow",
+        # Writing is Arrow and file work beside the actors: it asks for no CPU of its own, so
+        # actors holding every core cannot starve it; ``concurrency`` bounds it instead.
+        num_cpus=0,
+        concurrency=writers,
+    )
+    for batch in records.iter_batches(batch_format="pyarrow", batch_size=None):
+        for text in batch.column("record").to_pylist():
+            yield json.loads(text)
+
+
+def docs_per_part(cfg: RunConfig) -> int:
+    """Documents per part: ``part_rows`` rows in the largest slice (a tokens slice holds up to
+    ``max_length`` rows a document)."""
+    return max(1, cfg.part_rows // max(cfg.max_length, 1))
+
+
+def _write_block(batch: pa.Table, store: str, run_id: str, methods: list[str], heads: bool) -> pa.Table:
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    record = PartWriter(store, run_id, methods, totals=HeadTotals if heads else None).write(batch, node=node)
+    return pa.table({"record": pa.array([json.dumps(record)] if record else [], pa.string())})
+
+
+def _write_read_errors(store: str, run_id: str, *verdicts: pa.Table) -> dict:
+    """The screened-out rows (``data.screening.verdicts``), in input order, as one errors part."""
+    import ray
+
+    from xai_ray.data.screening import DUPLICATE, REJECTED, VERDICTS
+
+    table = pa.concat_tables([VERDICTS.empty_table(), *verdicts]).sort_by("pos")
+    rejected = table.filter(pc.is_in(table.column("verdict"), pa.array([REJECTED, DUPLICATE], pa.int8())))
+    node = ray.get_runtime_context().get_node_id()
+    return PartWriter(store, run_id, []).write_errors(
+        rejected.column("doc_id").to_pylist(),
+        "read",
+        rejected.column("reason").to_pylist(),
+        key=READ_ERRORS_PART,
+        node=node,
+    )
+
+
+def write(
+    rows,
+    cfg: RunConfig,
+    run_id: str,
+    n_input: int,
+    started: float | None = None,
+    model: dict | None = None,
+    writer: RunWriter | None = None,
+    rejected=None,
+    todo: Iterable[str] | None = None,
+    screened=None,
+):
+    """Write scored rows into the store and publish the run; returns (run folder, manifest).
+
+    ``rows``: a Ray Dataset of scorer rows (written by workers), records of parts workers wrote
+    (``write_parts``), Arrow tables of scorer rows (written here), or None. ``screened`` (the
+    screening's outcome) or ``rejected`` (a DataFrame ``doc_id, reason``) give the ``errors`` rows of
+    the rows not scored; every document to score (``screened``'s count, or the ids in ``todo``)
+    that no part holds is recorded as an error too, so the run accounts for each input document.
+    On failure the committed parts stay in staging for ``xai-ray run --resume``.
+    """
+    from xai_ray.pipeline import open_writer
+
+    started = started or time.perf_counter()
+    writer = writer or open_writer(cfg, run_id)
+    n_todo = screened.counts["todo"] if screened is not None else (len(todo) if todo is not None else n_input)
+    bar = Progress(n_todo, "scoring", "documents")
+    actor_seconds: dict[str, float] = {}  # summed over actors: where the scoring time went
+    score_started = time.perf_counter()
+    done = 0
+    try:
+        _record_rejected(writer, cfg, run_id, screened, rejected)
+        for item in _items(rows, cfg, run_id):
+            if isinstance(item, dict):  # a part a worker committed
+                new = writer.collect(item)
+                n_docs = len(item["doc_ids"]) if new else 0
+                seconds = (item.get("seconds") or {}) if new else {}
+            else:  # scorer rows, written here
+                writer.write(item)
+                n_docs = item.num_rows
+                seconds = stage_seconds(item)
+            for stage, value in seconds.items():
+                actor_seconds[stage] = actor_seconds.get(stage, 0.0) + value
+            done += n_docs
+            bar.update(n_docs)
+        bar.close()
+        _record_lost(writer, screened, todo)
+        writer.commit()  # the last part, so the fingerprints and counts below are complete
+        if len(writer.fingerprints) > 1:
+            raise RuntimeError(f"actors loaded different weights: {sorted(writer.fingerprints)}")
+        score_s = time.perf_counter() - score_started
+        model = model or describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
+        model = {
+            **model,
+            "fingerprint": next(iter(writer.fingerprints), None),
+            "n_layers": writer.n_layers or model["n_layers"],
+        }
+        manifest = build_manifest(cfg, run_id, model, n_input, score_s, started)
+        manifest["timings"]["docs_per_s"] = round(done / max(score_s, 1e-9), 3)  # this attempt's documents
+        manifest["timings"]["actor_seconds"] = {k: round(v, 3) for k, v in sorted(actor_seconds.items())}
+        manifest["resumed"] = {**writer.reused, "docs_scored_now": done}
+        manifest["nodes"] = sorted({r["node"] for r in writer.stage.records if r.get("node")})
+        _whole_run_tables(writer, manifest)
+        run_dir = writer.publish(manifest)
+    except BaseException:
+        bar.close(failed=True)
+        writer.abort(keep_parts=True)
+        if writer.stage.records:
+            log.error(
+                "run %s stopped; %d committed part(s) kept: finish it with `xai-ray run --resume %s --store %s`",
+                run_id,
+                len(writer.stage.records),
+                run_id,
+                cfg.store,
+            )
+        raise
+    log.info("published run %s into %s (%s)", run_id, run_dir, writer.counts)
+    return run_dir, {**manifest, "counts": writer.counts}
+
+
+def _items(rows, cfg: RunConfig, run_id: str) -> Iterator:
+    """Records or Arrow tables, whatever ``rows`` was."""
+    if rows is None:
+        return iter(())
+    if hasattr(rows, "map_batches"):  # a Ray Dataset of scorer rows
+        return write_parts(rows, cfg, run_id)
+    return iter(rows)
+
+
+def _record_rejected(writer: RunWriter, cfg: RunConfig, run_id: str, screened, rejected) -> None:
+    if rejected is not None:
+        writer.write_errors(rejected["doc_id"].tolist(), "read", rejected["reason"].tolist())
+    if screened is None or writer.read_errors_done or not screened.counts["rejected"] + screened.counts["duplicates"]:
+        return
+    import ray
+
+    task = ray.remote(num_cpus=0)(_write_read_errors)
+    record = ray.get(task.remote(str(Path(cfg.store).resolve()), run_id, *screened.verdicts))
+    writer.collected.discard(record["part"])  # a part rewritten in place by a resumed run counts once
+    writer.collect(record)
+
+
+def _record_lost(writer: RunWriter, screened, todo) -> None:
+    """Documents to score that no part holds (a block that vanished): recorded, never silently missing."""
+    if screened is not None:
+        if len(writer.done_ids) >= screened.counts["kept"]:  # every document a part holds, scored or failed
+            return
+        todo = (
+            doc_id
+            for batch in screened.todo(4096).select_columns(["doc_id"]).iter_batches(batch_format="pyarrow")
+            for doc_id in batch.column("doc_id").to_pylist()
+        )
+    lost = [doc_id for doc_id in (todo if todo is not None else []) if doc_id not in writer.done_ids]
+    if lost:
+        log.error("%d documents came back from no actor; recorded as errors", len(lost))
+        writer.write_errors(lost, "score", ["no result came back from the scoring actors"] * len(lost))
+
+
+def _whole_run_tables(writer: RunWriter, manifest: dict) -> None:
+    head_totals = writer.totals  # per-head sums over every committed part
+    if head_totals is not None and head_totals.n_docs:
+        writer.write_whole("heads", head_totals.heads_table())
+        manifest["heads"] = {
+            "documents": head_totals.n_docs,
+            "rows": head_totals.n_rows,
+            "similarity_documents": head_totals.jsd_docs,
+            "similarity_rows": head_totals.jsd_rows,
+        }
+    if head_totals is not None and head_totals.jsd is not None:
+        writer.write_whole("head_similarity", head_totals.similarity_table())
+
+
+def build_manifest(cfg, run_id, model: dict, n_input, score_s, started) -> dict:
+    return {
+        "run_id": run_id,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "status": "complete",
+        "config": cfg.to_dict(),
+        "model": model,
+        "attention": cfg.attention_options,
+        "input_documents": n_input,
+        "timings": {
+            "score_and_write_s": round(score_s, 3),
+            "total_s": round(time.perf_counter() - started, 3),
+            "docs_per_s": round(n_input / max(score_s, 1e-9), 3),
+        },
+        "versions": versions(),
+        "host": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+    }
