@@ -22,6 +22,7 @@ import pytest
 
 from xai_ray import cli, pipeline, runtime
 from xai_ray.config import resolve
+from xai_ray.data.corpus import read_corpus
 from xai_ray.query.connection import open_store
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
@@ -73,23 +74,25 @@ def test_a_scoring_actor_killed_mid_run_loses_and_doubles_nothing(ray_cluster, t
             "batch_size": 4,
             "run_id": "killed-actor",
         },
-        [],
+        ["part_rows=384"],  # 4 documents a part: parts keep coming after the kill
     )
-    corpus = pipeline.read(cfg)
+    corpus = read_corpus(cfg.data, cfg.split, limit=cfg.limit, seed=cfg.seed)
+    screened = pipeline.screen(pipeline.read(cfg))
     killed, after_kill = [], []
 
-    def kill_one_actor_after_the_first_batch(rows):
-        for batch in rows:
+    def kill_one_actor_after_the_first_part(records):
+        for record in records:
             if killed:
-                after_kill.append(batch.num_rows)
-            yield batch
+                after_kill.append(len(record["doc_ids"]))
+            yield record
             if not killed:
                 alive = [a for a in scorer_actors() if a["State"] == "ALIVE"]
                 os.kill(alive[0]["Pid"], signal.SIGKILL)
                 killed.append(alive[0])
 
-    rows = kill_one_actor_after_the_first_batch(pipeline.score(corpus, cfg))
-    run_dir, manifest = pipeline.write(rows, cfg, "killed-actor", n_input=len(corpus), todo=corpus["doc_id"])
+    parts = pipeline.write_parts(pipeline.score(screened, cfg), cfg, "killed-actor")
+    records = kill_one_actor_after_the_first_part(parts)
+    run_dir, manifest = pipeline.write(records, cfg, "killed-actor", n_input=screened.n_input, screened=screened)
     assert killed and sum(after_kill) > 0, "the actor must die while documents are still to come"
     restarted = [a for a in scorer_actors() if a["ActorID"] == killed[0]["ActorID"]]
     assert restarted and restarted[0]["NumRestarts"] >= 1
@@ -161,7 +164,7 @@ def test_a_driver_killed_mid_run_resumes_without_duplicates(ray_cluster, tmp_pat
     assert manifest["counts"]["docs"] == limit and manifest["counts"]["duplicates"] == 0
     assert manifest["config"]["max_length"] == 128 and manifest["config"]["limit"] == limit  # its own settings
     assert len(manifest["model"]["fingerprint"]) == 64  # one model across both attempts
-    expected = pipeline.read(resolve(None, {"data": str(IMDB), "limit": limit}, [])).doc_id.tolist()
+    expected = read_corpus(str(IMDB), limit=limit).doc_id.tolist()
     con = assert_every_document_once(store, run_id, expected)
     sums = con.execute(
         "select sum(score) as s from words where run_id = $r group by doc_id, method, layer", {"r": run_id}

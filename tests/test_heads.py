@@ -19,6 +19,7 @@ import torch
 
 from xai_ray import pipeline
 from xai_ray.config import ConfigError, resolve
+from xai_ray.data.corpus import read_corpus
 from xai_ray.methods.head_summary import STATISTICS, HeadTotals, behaviour, classical_mds
 from xai_ray.methods.heads import is_punctuation, jsd_sums
 from xai_ray.model import capture
@@ -269,14 +270,15 @@ def test_ray_run_merges_actor_sums_into_the_heads_view(tmp_path):
     )
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
-        corpus = pipeline.read(cfg)
-        pipeline.write(pipeline.score(corpus, cfg), cfg, "h", n_input=len(corpus))
+        screened = pipeline.screen(pipeline.read(cfg))  # read and screened by Ray workers
+        pipeline.write(pipeline.score(screened, cfg), cfg, "h", n_input=screened.n_input, screened=screened)
     finally:
         ray.shutdown()
     con = open_store(cfg.store)
     view = con.execute("select * from heads where run_id = 'h' order by layer, head").df()
     assert len(view) == 72 and (view.n_docs == 10).all()
 
+    corpus = read_corpus(cfg.data, cfg.split, limit=cfg.limit, seed=cfg.seed)
     direct = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})
     batch = {"doc_id": corpus.doc_id.values, "text": corpus.text.values, "label": corpus.label.values}
     one_shot = HeadTotals()
@@ -300,8 +302,8 @@ def test_ray_run_merges_actor_sums_into_the_heads_view(tmp_path):
 
     pairs = con.execute("select * from head_similarity where run_id = 'h'").df()
     assert len(pairs) == 72 * 72 and (pairs.n_docs == 3).all()
-    ordered = pipeline.order_corpus(corpus, cfg)  # what the actors were handed
-    sampled = ordered[ordered.heads_sample]
+    # the sample: heads_sample documents drawn (seeded) from the kept documents in input order
+    sampled = corpus.iloc[np.random.default_rng(cfg.seed).choice(len(corpus), size=3, replace=False)]
     jsd, jsd_rows = np.zeros((72, 72)), 0
     for text in sampled.text:
         attention, _, _ = eager_attention(direct.info["path"], text, 48)

@@ -71,8 +71,9 @@ def _cfg(store, **extra):
 
 def test_ray_pipeline_equals_direct_scorer(ray_cluster, tmp_path):
     cfg = _cfg(tmp_path)
-    corpus = pipeline.read(cfg)
-    through_ray = pd.concat([b.to_pandas() for b in pipeline.score(corpus, cfg)]).set_index("doc_id")
+    corpus = read_corpus(cfg.data, cfg.split, limit=cfg.limit, seed=cfg.seed)
+    screened = pipeline.screen(pipeline.read(cfg))  # streamed from the file by Ray workers
+    through_ray = pipeline.score(screened, cfg).to_pandas().set_index("doc_id")
     direct = (
         Scorer({**cfg.to_dict(), "gpus_per_actor": 0})(
             {"doc_id": corpus.doc_id.values, "text": corpus.text.values, "label": corpus.label.values}
@@ -208,8 +209,8 @@ def test_sql_refuses_writes_and_outside_files(imdb_store, tmp_path, capsys):
 def test_flow_as_its_own_cpu_stage_equals_flow_in_the_actor(ray_cluster, tmp_path):
     """What GPU runs do (flow deferred to a CPU stage), forced on CPU: the rows must not change."""
     cfg = _cfg(tmp_path, limit=6, actors=1, methods="raw,rollout,flow", defer_flow=True)
-    corpus = pipeline.read(cfg)
-    staged = pd.concat([b.to_pandas() for b in pipeline.score(corpus, cfg)]).set_index("doc_id")
+    corpus = read_corpus(cfg.data, cfg.split, limit=cfg.limit, seed=cfg.seed)
+    staged = pipeline.score(corpus, cfg).to_pandas().set_index("doc_id")
     assert "attention" not in staged.columns
     direct = (
         Scorer({**cfg.to_dict(), "gpus_per_actor": 0, "deferred_methods": []})(

@@ -19,6 +19,7 @@ from test_charts import DOCS, write_run  # the tiny hand-written store of the SQ
 
 from xai_ray import cli, pipeline
 from xai_ray.config import ConfigError, resolve
+from xai_ray.data.corpus import read_corpus
 from xai_ray.query.connection import open_store
 from xai_ray.report.page import DEFAULT_DEFINITION, DEFAULTS, build_report, export_charts, load_definition
 from xai_ray.report.sections import has_relation, highlight_html
@@ -49,7 +50,7 @@ def report_file(tmp_path_factory) -> Path:
             "methods": "raw,rollout",
         },
     )
-    corpus = pipeline.read(cfg)
+    corpus = read_corpus(cfg.data, cfg.split, limit=cfg.limit, seed=cfg.seed)
     texts = [INJECTION_TEXT, *corpus.text]
     ids = [INJECTION_ID, *corpus.doc_id]
     labels = [0 if corpus.label.iloc[0] == 1 else 1, *corpus.label]

@@ -31,6 +31,7 @@ from xai_ray.data.text import CorpusError
 
 BUCKETS = 64  # ids are hashed into this many buckets; one screening task takes one or several
 ROWS_PER_SCREEN_TASK = 2_000_000
+MAX_BLOCKS = 4096  # blocks a read is split into at most
 
 
 @dataclass
@@ -68,14 +69,17 @@ class Corpus:
             chosen = ray.put(sample_rows(n_source, self.limit, self.seed))
         return replace(self, plan=found, offsets=[int(o) for o in offsets], n_source=n_source, chosen=chosen)
 
-    def rows(self, beside_actors: bool = False):
+    def rows(self, blocks: int = 0, beside_actors: bool = False):
         """A Ray Dataset of the source's rows: ``pos`` (in input order, after the sample), ``doc_id``
         (rows of a source without ids named ``{split}-{row}``), ``text``, ``label``, ``problem``.
-        ``beside_actors``: read by tasks that ask for no CPU, as scoring actors may hold them all."""
+
+        ``blocks``: at least this many blocks (Ray splits what each read task yields; more blocks than
+        pieces also keeps the steps after the read out of its task, so they spread over the workers).
+        ``beside_actors``: every step asks for no CPU, as scoring actors may hold them all."""
         corpus = self.counted()
         pieces = len(corpus.plan.pieces)
-        cpus = {"num_cpus": 0, "concurrency": max(1, min(pieces, 4))} if beside_actors else {}
-        source = ray.data.read_datasource(PieceSource(corpus.plan), override_num_blocks=pieces, **cpus)
+        cpus = {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=4)} if beside_actors else {}
+        source = ray.data.read_datasource(PieceSource(corpus.plan), override_num_blocks=max(pieces, blocks), **cpus)
         place = partial(_place, offsets=corpus.offsets, split=corpus.plan.split)
         return source.map_batches(place, fn_args=[corpus.chosen], batch_format="pyarrow", batch_size=None, **cpus)
 
@@ -184,17 +188,18 @@ class Screened:
         ``sample``: ranks, among the rows a run keeps (``counts['kept']``), of the head-similarity sample."""
         side = _side_table.remote(*self.verdicts)
         ray.wait([side], fetch_local=False)  # ready before any actor asks for it
-        pick = partial(_todo, batch_size=batch_size)
+
         sample = np.asarray(sample if sample is not None else [], np.int64)
-        rows = self.corpus.rows(beside_actors=True)
-        pieces = len(self.corpus.plan.pieces)
+        # about a batch a block, so even one large piece feeds every actor
+        blocks = min(-(-self.counts["todo"] // max(batch_size, 1)), MAX_BLOCKS)
+        rows = self.corpus.rows(blocks=blocks, beside_actors=True)
         return rows.map_batches(
-            pick,
+            _todo,
             fn_args=[side, sample],
             batch_format="pyarrow",
             batch_size=None,
-            num_cpus=0,  # beside the actors, as the read
-            concurrency=max(1, min(pieces, 4)),
+            num_cpus=0,
+            compute=ray.data.TaskPoolStrategy(size=4),
         )
 
 
@@ -211,7 +216,10 @@ def screen(corpus: Corpus, classes=None, done=None, known=None) -> Screened:
     done_ref = ray.put(pa.array(sorted(done or ()), pa.string()))
     known_ref = ray.put(known) if known is not None else None
     local = partial(_local, classes=classes)
-    narrow = corpus.rows().map_batches(local, fn_args=[done_ref, known_ref], batch_format="pyarrow", batch_size=None)
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    narrow = corpus.rows(blocks=2 * cpus).map_batches(
+        local, fn_args=[done_ref, known_ref], batch_format="pyarrow", batch_size=None
+    )
     try:
         narrow = narrow.materialize()  # ids, reasons and flags only: small beside the texts
         n_rows = narrow.count()
@@ -288,7 +296,7 @@ def _side_table(*tables: pa.Table) -> pa.Table:
     return pa.concat_tables([screening.VERDICTS.empty_table(), *tables]).select(["pos", "verdict"]).sort_by("pos")
 
 
-def _todo(batch: pa.Table, side, sample: np.ndarray, batch_size: int):
+def _todo(batch: pa.Table, side, sample: np.ndarray) -> pa.Table:
     """The second pass on one chunk: rows without a verdict, the sampled ones marked, longest first."""
     side = ray.get(side) if isinstance(side, ray.ObjectRef) else side
     pos = batch.column("pos").to_numpy()
@@ -299,8 +307,6 @@ def _todo(batch: pa.Table, side, sample: np.ndarray, batch_size: int):
     outside = judged[np.isin(side.column("verdict").to_numpy(), dropped)]
     rank = pos - np.searchsorted(outside, pos)
     rows = batch.filter(pa.array(keep))
-    if rows.num_rows == 0:
-        return
     ids = [screening.local_problem(0, d, "x", None, None, None)[0] for d in rows.column("doc_id").to_pylist()]
     table = pa.table(
         {
@@ -311,9 +317,7 @@ def _todo(batch: pa.Table, side, sample: np.ndarray, batch_size: int):
         }
     )
     order = np.argsort(-pc.utf8_length(table.column("text")).to_numpy(zero_copy_only=False), kind="stable")
-    table = table.take(pa.array(order))
-    for start in range(0, table.num_rows, batch_size):
-        yield table.slice(start, batch_size)
+    return table.take(pa.array(order))
 
 
 def _found(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:

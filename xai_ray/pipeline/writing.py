@@ -52,9 +52,9 @@ def write_parts(scored, cfg: RunConfig, run_id: str, writers: int | None = None)
         batch_size=docs_per_part(cfg),
         batch_format="pyarrow",
         # Writing is Arrow and file work beside the actors: it asks for no CPU of its own, so
-        # actors holding every core cannot starve it; ``concurrency`` bounds it instead.
+        # actors holding every core cannot starve it; the pool's size bounds it instead.
         num_cpus=0,
-        concurrency=writers,
+        compute=ray.data.TaskPoolStrategy(size=writers),
     )
     for batch in records.iter_batches(batch_format="pyarrow", batch_size=None):
         for text in batch.column("record").to_pylist():
