@@ -60,8 +60,12 @@ def local_problem(row: int, doc_id, text, label, found, classes) -> tuple[str, s
     decides without looking at other rows (a repeated id is ``screen``'s, or ``verdicts``')."""
     if _missing(doc_id) or not str(doc_id).strip():
         return f"row-{row}", f"{MISSING_ID} (named here by its row)"
-    doc_id = _BAD_BYTE.sub(r"\\x\1", str(doc_id))
-    return doc_id, _problem(text, label, classes, None if _missing(found) else found)
+    return stored_id(doc_id), _problem(text, label, classes, None if _missing(found) else found)
+
+
+def stored_id(doc_id) -> str:
+    """An id as the store keeps it: each byte that was not UTF-8 written ``\\xNN``."""
+    return _BAD_BYTE.sub(r"\\x\1", str(doc_id))
 
 
 def _problem(text, label, classes, found) -> str | None:

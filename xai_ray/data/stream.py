@@ -78,10 +78,20 @@ class Corpus:
         ``beside_actors``: every step asks for no CPU, as scoring actors may hold them all."""
         corpus = self.counted()
         pieces = len(corpus.plan.pieces)
-        cpus = {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=4)} if beside_actors else {}
-        source = ray.data.read_datasource(PieceSource(corpus.plan), override_num_blocks=max(pieces, blocks), **cpus)
+        blocks = max(pieces, blocks)
+        source = ray.data.read_datasource(
+            PieceSource(corpus.plan), override_num_blocks=blocks, **_beside(pieces, beside_actors)
+        )
         place = partial(_place, offsets=corpus.offsets, split=corpus.plan.split)
-        return source.map_batches(place, fn_args=[corpus.chosen], batch_format="pyarrow", batch_size=None, **cpus)
+        return source.map_batches(
+            place, fn_args=[corpus.chosen], batch_format="pyarrow", batch_size=None, **_beside(blocks, beside_actors)
+        )
+
+
+def _beside(inputs: int, beside_actors: bool) -> dict:
+    """Ray remote args of a step that runs beside the scoring actors: no CPU asked, at most 4 tasks
+    at once (no more than it has inputs), or nothing special."""
+    return {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=max(1, min(inputs, 4)))} if beside_actors else {}
 
 
 def _run(dataset) -> dict:
@@ -188,18 +198,12 @@ class Screened:
         ``sample``: ranks, among the rows a run keeps (``counts['kept']``), of the head-similarity sample."""
         side = _side_table.remote(*self.verdicts)
         ray.wait([side], fetch_local=False)  # ready before any actor asks for it
-
         sample = np.asarray(sample if sample is not None else [], np.int64)
         # about a batch a block, so even one large piece feeds every actor
         blocks = min(-(-self.counts["todo"] // max(batch_size, 1)), MAX_BLOCKS)
         rows = self.corpus.rows(blocks=blocks, beside_actors=True)
         return rows.map_batches(
-            _todo,
-            fn_args=[side, sample],
-            batch_format="pyarrow",
-            batch_size=None,
-            num_cpus=0,
-            compute=ray.data.TaskPoolStrategy(size=4),
+            _todo, fn_args=[side, sample], batch_format="pyarrow", batch_size=None, **_beside(blocks, True)
         )
 
 
@@ -307,7 +311,7 @@ def _todo(batch: pa.Table, side, sample: np.ndarray) -> pa.Table:
     outside = judged[np.isin(side.column("verdict").to_numpy(), dropped)]
     rank = pos - np.searchsorted(outside, pos)
     rows = batch.filter(pa.array(keep))
-    ids = [screening.local_problem(0, d, "x", None, None, None)[0] for d in rows.column("doc_id").to_pylist()]
+    ids = [screening.stored_id(d) for d in rows.column("doc_id").to_pylist()]
     table = pa.table(
         {
             "doc_id": pa.array(ids, pa.string()),
