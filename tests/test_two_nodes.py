@@ -114,6 +114,7 @@ def test_workers_on_both_nodes_write_parts_and_every_document_is_published_once(
         *(sys.executable, "-m", "xai_ray.cli", "run", "--data", str(data), "--model", tiny_bert_dir),
         *("--store", str(store), "--run-id", "two-nodes", "--actors", "2", "--batch-size", "2"),
         *("--max-length", "32", "--methods", "raw,rollout", "--no-report", "--set", "part_rows=64"),  # 2 reviews a part
+        *("--set", "shared_store=true"),  # both nodes see this machine's disk
     ]
     env = {**two_nodes["env"], "RAY_ADDRESS": two_nodes["address"]}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)

@@ -69,6 +69,7 @@ class RunConfig(CorpusSource):
     report: bool = True
     top_k: int = 20
     part_rows: int = 256_000  # rows of the largest table slice per committed part (resume granularity)
+    shared_store: bool = False  # the store folder is mounted on every node: workers anywhere write parts
     extra: dict = field(default_factory=dict)
     # faithfulness (--evaluate): perturbation metrics of every method on the scoring actors
     evaluate: bool = False
@@ -272,6 +273,8 @@ MEANINGS = {
     "report": "write report.html into the run folder",
     "top_k": "words per top-k list in the run's log summary and aggregates",
     "part_rows": "rows of the largest table slice per committed part (the granularity of --resume)",
+    "shared_store": "the store folder is mounted on every node (a shared file system), so Ray workers on any "
+    "node write the run's parts; false: workers on the driver's node write them (a URI store: always)",
     "extra": "free-form mapping kept in the manifest (nightly and URI stores record theirs here)",
     "evaluate": "also measure faithfulness (comprehensiveness, sufficiency, rank correlations) of every method",
     "evaluate_fractions": "shares of tokens removed or kept by the faithfulness metrics",

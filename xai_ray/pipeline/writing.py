@@ -55,10 +55,23 @@ def write_parts(scored, cfg: RunConfig, run_id: str, writers: int | None = None)
         # actors holding every core cannot starve it; the pool's size bounds it instead.
         num_cpus=0,
         compute=ray.data.TaskPoolStrategy(size=writers),
+        **_where(cfg),
     )
     for batch in records.iter_batches(batch_format="pyarrow", batch_size=None):
         for text in batch.column("record").to_pylist():
             yield json.loads(text)
+
+
+def _where(cfg: RunConfig) -> dict:
+    """Where writers run: any node when every node mounts the store (``shared_store``), else this
+    driver's node (its store folder, or a URI store's local mirror, is there only)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if cfg.shared_store and not cfg.extra.get("store_uri"):
+        return {}
+    here = ray.get_runtime_context().get_node_id()
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=here, soft=False)}
 
 
 def docs_per_part(cfg: RunConfig) -> int:
@@ -189,7 +202,7 @@ def _record_rejected(writer: RunWriter, cfg: RunConfig, run_id: str, screened, r
         return
     import ray
 
-    task = ray.remote(num_cpus=0)(_write_read_errors)
+    task = ray.remote(num_cpus=0)(_write_read_errors).options(**_where(cfg))
     record = ray.get(task.remote(str(Path(cfg.store).resolve()), run_id, *screened.verdicts))
     writer.collected.discard(record["part"])  # a part rewritten in place by a resumed run counts once
     writer.collect(record)

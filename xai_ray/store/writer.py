@@ -153,6 +153,13 @@ class RunWriter:
         (``pipeline.write`` records those as errors)."""
         if record["part"] in self.collected:
             return False
+        unseen = [name for name in record["files"] if not (self.staging / name).is_file()]
+        if unseen:
+            raise StoreError(
+                f"a part written on node {record.get('node')} is not in {str(self.staging)!r} as this process "
+                f"sees it ({unseen[0]}); on a cluster of several machines, set shared_store=true only when "
+                "every node mounts the store"
+            )
         seen = [doc_id for doc_id in record["doc_ids"] if doc_id in self.done_ids]
         if seen:
             self.stage.drop(record)
