@@ -20,7 +20,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xai_ray.data.sources import CHUNK, count_piece, plan, read_piece
+from xai_ray.data.pieces import CHUNK, count_piece, read_piece
+from xai_ray.data.sources import plan
 from xai_ray.data.text import INVALID_UTF8, CorpusError, clean_text, decode_marking_invalid
 
 __all__ = ["CorpusError", "INVALID_UTF8", "clean_text", "decode_marking_invalid", "read_corpus", "sample_rows"]

@@ -26,7 +26,8 @@ from ray.data.datasource import Datasource, ReadTask
 
 from xai_ray.data import screening
 from xai_ray.data.corpus import named_ids, sample_rows
-from xai_ray.data.sources import CHUNK, Piece, SourcePlan, count_piece, read_piece
+from xai_ray.data.pieces import CHUNK, count_piece, read_piece
+from xai_ray.data.sources import Piece, SourcePlan
 from xai_ray.data.text import CorpusError
 
 BUCKETS = 64  # ids are hashed into this many buckets; one screening task takes one or several
