@@ -66,12 +66,10 @@ def _where(cfg: RunConfig) -> dict:
     """Where writers run: any node when every node mounts the store (``shared_store``), else this
     driver's node (its store folder, or a URI store's local mirror, is there only)."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if cfg.shared_store and not cfg.extra.get("store_uri"):
         return {}
-    here = ray.get_runtime_context().get_node_id()
-    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=here, soft=False)}
+    return {"label_selector": {"ray.io/node-id": ray.get_runtime_context().get_node_id()}}  # every node's label
 
 
 def docs_per_part(cfg: RunConfig) -> int:

@@ -1,0 +1,146 @@
+"""Scorer rows -> store tables, column-wise (``store.tables``) and as a worker's part (``store.parts``).
+
+The expected tables are rebuilt here document by document in plain Python from the scorer rows
+(the rules the README states: one tokens row per position, word_id null for special tokens, a
+layer left out when the method does not define it, lift = share x the review's units), so the
+Arrow code is checked against an independent reading of the same rows."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from xai_ray.methods.head_summary import HeadTotals
+from xai_ray.store.layout import staging_dir
+from xai_ray.store.parts import PartWriter, part_key
+from xai_ray.store.tables import part_tables
+from xai_ray.store.writer import RunWriter
+
+METHODS = ["raw", "rollout"]
+TEXTS = ["the film was good", "bad movie", "i loved the story, wasn't it", "not very boring", None, "great acting!"]
+
+
+@pytest.fixture(scope="module")
+def rows(scorer_factory):
+    """Real scorer rows of the tiny BERT: five documents and one error row, rollout from layer 2."""
+    scorer = scorer_factory("bert", start_layer=2)
+    ids = [f"d{i}" for i in range(len(TEXTS))]
+    return scorer({"doc_id": ids, "text": TEXTS, "label": [0, 1, None, 1, 0, 1]})
+
+
+def expected(rows: pa.Table) -> dict[str, list[tuple]]:
+    """Every table's rows, document by document, in plain Python."""
+    out: dict[str, list[tuple]] = {}
+    for row in rows.to_pylist():
+        if row["error"]:
+            out.setdefault("errors", []).append((row["doc_id"], "score", row["error"]))
+            continue
+        n, words, layers = row["n_tokens"], row["words"], row["n_layers"]
+        probs = row["probs"]
+        out.setdefault("docs", []).append(
+            (row["doc_id"], row["label"], row["pred"], probs[1], n, len(words), row["truncated"], row["text"])
+        )
+        span = row["word_span"] or list(range(len(words)))
+        units = sum(1 for w, s in enumerate(span) if s == w)
+        joined = row["word_joined"] or words
+        for method in METHODS:
+            scores = row[f"scores_{method}"]
+            shares, raw = row[f"word_scores_{method}"], row[f"word_raw_{method}"]
+            for layer in range(layers):
+                token_scores = scores[layer * n : (layer + 1) * n]
+                if all(s != s for s in token_scores):  # NaN everywhere: a layer the method leaves out
+                    continue
+                where = f"method={method}/layer={layer + 1}"
+                for p in range(n):
+                    word = row["word_index"][p]
+                    out.setdefault(f"tokens/{where}", []).append(
+                        (row["doc_id"], p, row["tokens"][p], None if word < 0 else word, token_scores[p])
+                    )
+                for w in range(len(words)):
+                    share = shares[layer * len(words) + w]
+                    out.setdefault(f"words/{where}", []).append(
+                        (
+                            row["doc_id"],
+                            w,
+                            words[w],
+                            share,
+                            raw[layer * len(words) + w],
+                            share * units,
+                            span[w],
+                            joined[w],
+                        )
+                    )
+    return out
+
+
+def as_rows(table: pa.Table) -> list[tuple]:
+    return [tuple(r.values()) for r in table.to_pylist()]
+
+
+def close(got: list[tuple], want: list[tuple]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert len(g) == len(w)
+        for a, b in zip(g, w):
+            if isinstance(b, float):
+                assert a == pytest.approx(b, rel=1e-6, abs=1e-7), (g, w)
+            else:
+                assert a == b, (g, w)
+
+
+def test_tables_equal_a_plain_python_reading_of_the_rows(rows):
+    got = part_tables(rows, METHODS)
+    want = expected(rows)
+    tables = got.merged()
+    assert sorted(tables) == sorted(want)
+    assert "tokens/method=rollout/layer=1" not in tables  # rollout starts at layer 2
+    docs = tables["docs"].select(["doc_id", "label", "pred", "prob_pos", "n_tokens", "n_words", "truncated", "text"])
+    close(as_rows(docs), want["docs"])
+    for folder, table in tables.items():
+        if folder != "docs":
+            close(as_rows(table), want[folder])
+    assert got.counts == {
+        "docs": 5,
+        "errors": 1,
+        "tokens": sum(len(v) for k, v in want.items() if k.startswith("tokens")),
+        "words": sum(len(v) for k, v in want.items() if k.startswith("words")),
+    }
+
+
+def test_a_part_written_by_a_worker_reads_back_as_strings_with_its_record(rows, tmp_path):
+    record = PartWriter(tmp_path, "r", METHODS, totals=HeadTotals).write(rows, node="node-a")
+    ids = rows.column("doc_id").to_pylist()
+    assert record["part"] == part_key(ids) and record["doc_ids"] == ids and record["node"] == "node-a"
+    folder = staging_dir(tmp_path, "r")
+    assert json.loads((folder / "_parts" / f"part-{record['part']}.json").read_text()) == record
+    tokens = pq.read_table(folder / "tokens" / "method=raw" / "layer=1")
+    assert tokens.schema.field("doc_id").type == pa.string() and tokens.schema.field("token").type == pa.string()
+    close(as_rows(tokens), expected(rows)["tokens/method=raw/layer=1"])
+    assert record["totals"]["n_docs"] == 5 and record["seconds"]["forward"] > 0
+    # the same block written again lands on the same files: nothing is added
+    files = sorted(p.relative_to(folder) for p in folder.rglob("*.parquet"))
+    assert PartWriter(tmp_path, "r", METHODS, totals=HeadTotals).write(rows, node="node-b")["part"] == record["part"]
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*.parquet")) == files
+
+
+def test_the_driver_counts_a_part_once_drops_one_that_overlaps_and_records_what_it_lost(rows, tmp_path):
+    from xai_ray.pipeline.writing import _record_lost
+
+    writer = RunWriter(tmp_path, "r", METHODS)
+    first = PartWriter(tmp_path, "r", METHODS).write(rows.slice(0, 3))  # d0 d1 d2
+    again = PartWriter(tmp_path, "r", METHODS).write(rows.slice(0, 3))  # a retried task: the same part
+    overlapping = PartWriter(tmp_path, "r", METHODS).write(rows.slice(2, 2))  # d2 d3, another grouping
+    rest = PartWriter(tmp_path, "r", METHODS).write(rows.slice(4, 2))  # d4 (an error row) d5
+    assert [writer.collect(r) for r in (first, again, overlapping, rest)] == [True, False, False, True]
+    assert not (staging_dir(tmp_path, "r") / "_parts" / f"part-{overlapping['part']}.json").exists()
+    assert writer.counts["duplicates"] == 1  # d2
+    ids = rows.column("doc_id").to_pylist()
+    _record_lost(writer, None, ids)  # d3 was only in the dropped part
+    run = writer.publish({"created_at": "x"})
+    docs = pq.read_table(run / "docs").column("doc_id").to_pylist()
+    errors = dict(zip(*(pq.read_table(run / "errors").column(c).to_pylist() for c in ("doc_id", "reason"))))
+    assert sorted(docs) == ["d0", "d1", "d2", "d5"] and sorted(errors) == ["d3", "d4"]
+    assert errors["d3"] == "no result came back from the scoring actors"
