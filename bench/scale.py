@@ -1,6 +1,6 @@
 """Does the driver stay out of the data path?
 
-    python bench/scale.py [--docs 1000] [--rss-docs 200000] [--skip-rss]
+    python bench/scale.py [--docs 2000] [--rss-docs 200000] [--skip-rss] [--skip-write]
 
 (a) The write path alone, fed synthetic scorer output at the shape of bert-base x 3 methods
     (raw, rollout, flow) x 512 tokens, 12 layers x 12 heads (about 400 words a review, per-head
@@ -161,7 +161,8 @@ def rss_child(data: str) -> None:
     cfg = resolve(None, {"data": data, "split": "train", "model": "minilm"})
     started = time.perf_counter()
     screened = pipeline.screen(pipeline.read(cfg), classes=[0, 1])
-    rows = screened.todo(cfg.batch_size, pipeline.heads_sample_ranks(screened.counts["kept"], cfg))
+    actors = 2  # what `xai-ray run` would start here: one per CPU
+    rows = screened.todo(cfg.batch_size, pipeline.heads_sample_ranks(screened.counts["kept"], cfg), blocks=8 * actors)
 
     def stand_in(batch: pa.Table) -> pa.Table:  # the scorer's place: only a count comes back
         return pa.table({"n": [batch.num_rows], "chars": [sum(len(t) for t in batch.column("text").to_pylist())]})
@@ -171,10 +172,19 @@ def rss_child(data: str) -> None:
     for batch in counted.iter_batches(batch_format="pyarrow", batch_size=None):
         n += sum(batch.column("n").to_pylist())
         chars += sum(batch.column("chars").to_pylist())
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()
     seconds = time.perf_counter() - started
     print(json.dumps({"docs": n, "chars": chars, "counts": screened.counts, "peak_mb": peak_mb, "seconds": seconds}))
     ray.shutdown()
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS (``VmHWM``: per address space, so not the parent's peak, which Linux
+    carries across ``exec`` into ``getrusage``'s ``ru_maxrss``)."""
+    status = Path("/proc/self/status").read_text()
+    if "VmHWM:" not in status:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
 
 
 def repeated_corpus(path: Path, times: int) -> None:
@@ -195,23 +205,13 @@ def measure_rss(data: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=1000, help="documents written by each path (default 1000)")
-    parser.add_argument("--rss-docs", type=int, default=200_000, help="the large corpus (default 200000)")
-    parser.add_argument("--skip-rss", action="store_true", help="only (a)")
-    parser.add_argument("--rss-child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if args.rss_child:
-        return rss_child(args.rss_child)
-
+def measure_writes(n_docs: int, cores: int) -> tuple[float, float]:
+    """(a): documents per second before and after (with as many writers as cores)."""
     import ray
 
     from xai_ray.runtime import ensure_ray
 
-    cores = os.cpu_count() or 1
-    blocks = blocks_of(args.docs)
+    blocks = blocks_of(n_docs)
     n = sum(b.num_rows for b in blocks)
     with tempfile.TemporaryDirectory(prefix="xai-scale-") as tmp:
         store = Path(tmp) / "store"
@@ -225,14 +225,32 @@ def main() -> None:
             os.rename(store / sub / "runs" / "run_id=after", store / "runs" / f"run_id={name}")
         checked = same_rows(store)
     before, after_one, after = n / before_s, n / after1_s, n / aftern_s
+    rows = before_counts["tokens"] + before_counts["words"]
     print(
-        f"(a) write path, {n} documents of {TOKENS} tokens x {len(METHODS)} methods x {LAYERS} layers "
-        f"({before_counts['tokens'] + before_counts['words']:,} rows):"
+        f"(a) write path, {n} documents of {TOKENS} tokens x {len(METHODS)} methods x {LAYERS} layers ({rows:,} rows):"
     )
     print(f"    before (driver RunWriter, to_pylist): {before:8.1f} docs/s  ({before_s:.1f} s)")
     print(f"    after, 1 Ray writer:                   {after_one:8.1f} docs/s  ({after1_s:.1f} s)")
     print(f"    after, {cores} Ray writers:                  {after:8.1f} docs/s  ({aftern_s:.1f} s)")
     print(f"    same documents and rows in both: {checked['before']}; counts {after_counts}")
+    return before, after
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=2000, help="documents written by each path (default 2000)")
+    parser.add_argument("--rss-docs", type=int, default=200_000, help="the large corpus (default 200000)")
+    parser.add_argument("--skip-rss", action="store_true", help="only (a)")
+    parser.add_argument("--skip-write", action="store_true", help="only (b)")
+    parser.add_argument("--rss-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if args.rss_child:
+        return rss_child(args.rss_child)
+    cores = os.cpu_count() or 1
+    before = after = float("nan")
+    if not args.skip_write:
+        before, after = measure_writes(args.docs, cores)
     rss = float("nan")
     if not args.skip_rss:
         with tempfile.TemporaryDirectory(prefix="xai-scale-rss-") as tmp:

@@ -32,7 +32,7 @@ from xai_ray.data.text import CorpusError
 
 BUCKETS = 64  # ids are hashed into this many buckets; one screening task takes one or several
 ROWS_PER_SCREEN_TASK = 2_000_000
-MAX_BLOCKS = 4096  # blocks a read is split into at most
+MAX_BLOCKS = 256  # blocks a read is split into at most, unless asked for more
 
 
 @dataclass
@@ -193,15 +193,17 @@ class Screened:
     def n_input(self) -> int:
         return self.counts["rows"]
 
-    def todo(self, batch_size: int, sample: np.ndarray | None = None):
+    def todo(self, batch_size: int, sample: np.ndarray | None = None, blocks: int = 0):
         """The second pass: a Ray Dataset of the rows to score (``doc_id, text, label, heads_sample``),
         each block longest first (batches of similar lengths pad little), in blocks of ``batch_size``.
-        ``sample``: ranks, among the rows a run keeps (``counts['kept']``), of the head-similarity sample."""
+        ``sample``: ranks, among the rows a run keeps (``counts['kept']``), of the head-similarity sample.
+        ``blocks``: at most this many blocks (each read task's output split; default ``MAX_BLOCKS``)."""
         side = _side_table.remote(*self.verdicts)
         ray.wait([side], fetch_local=False)  # ready before any actor asks for it
         sample = np.asarray(sample if sample is not None else [], np.int64)
-        # about a batch a block, so even one large piece feeds every actor
-        blocks = min(-(-self.counts["todo"] // max(batch_size, 1)), MAX_BLOCKS)
+        # about a batch a block up to ``blocks`` (say 8 an actor), so even one large piece feeds every
+        # actor; no more, as the driver keeps a little for every block in flight
+        blocks = min(-(-self.counts["todo"] // max(batch_size, 1)), blocks or MAX_BLOCKS)
         rows = self.corpus.rows(blocks=blocks, beside_actors=True)
         return rows.map_batches(
             _todo, fn_args=[side, sample], batch_format="pyarrow", batch_size=None, **_beside(blocks, True)
