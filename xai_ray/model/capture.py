@@ -20,6 +20,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from xai_ray.model import attention_gradients
+
 CAPTURE = "xai_capture"
 SDPA_OUTPUT = False  # True: layer output from fused SDPA, probabilities computed beside it
 BLOCK_BYTES = 4 * 2**20  # per-head scores of one block of query rows: about a cache's worth
@@ -100,6 +102,9 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, d
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    gradients = attention_gradients.active()
+    if gradients is not None:  # a gradient pass (attention_gradients): every layer's A hooked for backward
+        return attention_gradients.attend_with_gradients(query, key, value, scaling, gradients), None
     collector = _active.get()
     if collector is None or SDPA_OUTPUT:  # a plain forward pass (no capture asked): fused SDPA
         output = torch.nn.functional.scaled_dot_product_attention(
