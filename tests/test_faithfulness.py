@@ -457,7 +457,7 @@ def test_evaluating_a_published_run_later_gives_the_same_metrics(evaluated_store
     at_run = con.execute("select * from faithfulness where run_id = 'ev'").df().fillna({"layer": 0}).set_index(key)
     later = con.execute("select * from faithfulness where run_id = 'later'").df().fillna({"layer": 0}).set_index(key)
     assert len(later) == len(at_run) == 8 * (3 * 2 * 14 + 13 + 14)
-    joined = at_run.join(later, lsuffix="_run", rsuffix="_later")
+    joined = at_run.merge(later, left_index=True, right_index=True, suffixes=("_run", "_later"))
     np.testing.assert_allclose(joined.value_later, joined.value_run, atol=1e-6)
     manifest = json.loads((evaluated_store / "runs" / "run_id=later" / "manifest.json").read_text())
     assert manifest["config"]["evaluate"] is True and manifest["counts"]["faithfulness"] == len(later)

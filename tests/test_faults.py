@@ -295,7 +295,7 @@ def test_an_invisible_tail_is_not_truncation(scorer_factory):
 
 
 def test_the_deferred_flow_stage_never_fails_a_batch(scorer_factory, monkeypatch):
-    from xai_ray.scoring.actor import DeferredMethods
+    from xai_ray.scoring.deferred import DeferredMethods
 
     config = {"model": "unused", "max_length": 32, "methods": ["raw", "flow"], "deferred_methods": ["flow"]}
     scorer = scorer_factory("bert", methods=("raw", "flow"), deferred_methods=("flow",))

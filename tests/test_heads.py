@@ -332,7 +332,7 @@ def test_eager_fallback_gives_the_same_statistics(tiny_model_factory, scorer_fac
 
 
 def test_head_columns_survive_the_deferred_flow_stage(scorer_factory):
-    from xai_ray.scoring.actor import DeferredMethods
+    from xai_ray.scoring.deferred import DeferredMethods
 
     config = {"model": "unused", "max_length": 32, "methods": ["raw", "flow"], "deferred_methods": ["flow"]}
     scorer = scorer_factory("bert", methods=("raw", "flow"), deferred_methods=("flow",))

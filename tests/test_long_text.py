@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from xai_ray.config import ConfigError, resolve
-from xai_ray.scoring.actor import Scorer, rows_to_scores
+from xai_ray.scoring.actor import Scorer
+from xai_ray.scoring.rows import rows_to_scores
 
 WORDS = [
     "the",

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from xai_ray.model.capture import forward_with_attention
-from xai_ray.scoring.actor import rows_to_scores
+from xai_ray.scoring.rows import rows_to_scores
 
 FAMILIES = ["bert", "distilbert", "roberta"]
 METHODS = ["raw", "rollout"]

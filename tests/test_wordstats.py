@@ -18,7 +18,7 @@ from xai_ray.query import wordstats
 from xai_ray.query.connection import QueryError, open_store
 from xai_ray.query.top_words import topk
 from xai_ray.query.user_sql import run_sql
-from xai_ray.scoring.actor import row_schema
+from xai_ray.scoring.rows import row_schema
 from xai_ray.store.writer import RunWriter
 
 METHOD = "raw"

@@ -193,7 +193,9 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
     import ray
     from ray.data import ActorPoolStrategy
 
-    from xai_ray.scoring.actor import DeferredMethods, Scorer
+    from xai_ray.scoring.actor import Scorer
+    from xai_ray.scoring.deferred import DeferredMethods
+    from xai_ray.scoring.settings import ScorerConfig
 
     ensure_ray()
     gpus = (
@@ -211,7 +213,7 @@ def score(corpus: pd.DataFrame, cfg: RunConfig) -> Iterator[pa.Table]:
     defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
     deferred = [m for m in cfg.methods if m == "flow"] if defer else []
-    config = {**cfg.to_dict(), "gpus_per_actor": gpus, "deferred_methods": deferred}
+    config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
     # A killed actor is restarted (its constructor reloads the model) and the block it held is run
     # again: Ray Data's defaults for actor pools (restarts and task retries without limit), passed as
     # no remote args here. tests/test_faults_ray.py kills an actor mid-run and checks every document

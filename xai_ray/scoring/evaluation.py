@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from xai_ray.model.batching import token_budget_batches
 from xai_ray.model.gradients import input_x_gradient
 from xai_ray.scoring.faithfulness import FRACTIONS, document_rankings, evaluate_document
 
@@ -71,13 +72,9 @@ class Evaluator:
         """
         import torch
 
-        order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
         out: list[np.ndarray | None] = [None] * len(inputs)
-        start = 0
-        while start < len(order):
-            longest = len(inputs[order[start]])
-            count = max(1, self.token_budget // max(longest, 1))
-            chosen = order[start : start + count]
+        for chosen in token_budget_batches([len(x) for x in inputs], self.token_budget):
+            longest = len(inputs[chosen[0]])
             ids = np.full((len(chosen), longest), self.pad_id, dtype=np.int64)  # (B, m)
             mask = np.zeros((len(chosen), longest), dtype=np.int64)  # (B, m)
             for row, i in enumerate(chosen):
@@ -91,7 +88,6 @@ class Evaluator:
                 probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
             for row, i in enumerate(chosen):
                 out[i] = probs[row]
-            start += len(chosen)
         return np.stack(out) if out else np.zeros((0, 0))
 
     def add_metrics(self, rows: list[dict], input_ids, attention_mask) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xai_ray.model.batching import token_budget_batches
 from xai_ray.progress import eta, format_seconds
 
 MODEL_FILES_SKIP = ("train_state.pt", "progress.json")
@@ -261,12 +262,14 @@ def evaluate(model, config: dict, device, rank: int, world: int, autocast) -> di
     started = time.perf_counter()
     ids, labels = config["eval_ids"], np.asarray(config["eval_labels"])
     mine = np.arange(len(ids))[rank::world]
-    mine = mine[np.argsort([-len(ids[i]) for i in mine], kind="stable")]
+    lengths = [len(ids[i]) for i in mine]
+    # eval_batch_size rows of the longest review set the token budget: shorter reviews pack more rows
+    budget = config["eval_batch_size"] * max(lengths, default=1)
     correct = loss_sum = 0.0
     model.eval()
     with torch.no_grad():
-        for start in range(0, len(mine), config["eval_batch_size"]):
-            rows = mine[start : start + config["eval_batch_size"]]
+        for batch_rows in token_budget_batches(lengths, budget):
+            rows = mine[batch_rows]
             batch = collate(ids, labels, rows, config["pad_id"], device)
             with autocast:
                 logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()

@@ -1,0 +1,160 @@
+"""A scored document as one Arrow row: its schema and the pieces every scoring path shares.
+
+A row holds the document's prediction, its tokens and words, and every method's per-layer scores
+flattened to L*n floats (``scores_<method>``, ``word_raw_<method>``, ``word_scores_<method>``).
+A row that cannot be scored carries an ``error`` instead.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from xai_ray.scoring.evaluation import FAITHFULNESS_FIELDS
+from xai_ray.words import join_contractions, merge_scores, normalise, word_spans
+
+ROW_FIELDS = [
+    pa.field("doc_id", pa.string()),
+    pa.field("text", pa.string()),
+    pa.field("label", pa.int64()),
+    pa.field("pred", pa.int64()),
+    pa.field("probs", pa.list_(pa.float32())),
+    pa.field("n_tokens", pa.int32()),
+    pa.field("n_layers", pa.int32()),
+    pa.field("truncated", pa.bool_()),
+    pa.field("tokens", pa.list_(pa.string())),
+    pa.field("word_index", pa.list_(pa.int32())),
+    pa.field("words", pa.list_(pa.string())),
+    pa.field("word_span", pa.list_(pa.int32())),  # per word: first word of its unit (a joined contraction)
+    pa.field("word_joined", pa.list_(pa.string())),  # per word: its unit's text ("wasn't")
+    pa.field("error", pa.string()),
+    pa.field("model_fingerprint", pa.string()),
+    pa.field("seconds", pa.map_(pa.string(), pa.float64())),  # per stage, for the manifest's timings
+    *FAITHFULNESS_FIELDS,  # filled when the run evaluates (--evaluate), else null
+]
+
+
+# Per-head statistics of the document (xai_ray.methods.heads): L x H x len(STATISTICS) sums over its rows,
+# and for sampled documents the (L*H) x (L*H) Jensen-Shannon sums over its first rows.
+HEAD_FIELDS = [
+    pa.field("heads", pa.list_(pa.float64())),
+    pa.field("head_jsd", pa.list_(pa.float64())),
+    pa.field("head_jsd_rows", pa.int32()),
+]
+
+
+def row_schema(methods, with_attention: bool = False) -> pa.Schema:
+    per_method = [
+        pa.field(f"{prefix}_{m}", pa.list_(pa.float32()))
+        for m in methods
+        for prefix in ("scores", "word_scores", "word_raw")
+    ]
+    extra = [pa.field("attention", pa.list_(pa.float32()))] if with_attention else []
+    return pa.schema(ROW_FIELDS + per_method + extra + HEAD_FIELDS)
+
+
+def method_columns(name: str, method, attention: np.ndarray, index: np.ndarray, n_words: int) -> dict:
+    """One method's row columns for one document: token scores, word sums, renormalised words."""
+    return score_columns(name, method.attribute(attention), index, n_words)  # (L, n) scores
+
+
+def score_columns(name: str, scores: np.ndarray, index: np.ndarray, n_words: int) -> dict:
+    """A method's (L, n) token scores -> its row columns: token scores, word sums, renormalised words."""
+    word_raw = merge_scores(scores, index, n_words)  # (L, W)
+    return {
+        f"scores_{name}": scores.astype(np.float32).ravel(),
+        f"word_raw_{name}": word_raw.astype(np.float32).ravel(),
+        f"word_scores_{name}": normalise(word_raw).astype(np.float32).ravel(),
+    }
+
+
+def timed_method_columns(name, method, attention, index, n_words, seconds: dict) -> dict:
+    """``method_columns``, adding the seconds it took to ``seconds[name]`` (for the manifest)."""
+    started = time.perf_counter()
+    columns = method_columns(name, method, attention, index, n_words)
+    seconds[name] = time.perf_counter() - started
+    return columns
+
+
+def document_row(
+    *,
+    doc_id,
+    text: str,
+    label,
+    probs: np.ndarray,
+    tokens: list[str],
+    index: np.ndarray,
+    n_words: int,
+    offsets,
+    n_layers: int,
+    truncated: bool,
+    fingerprint: str,
+    forward_s: float,
+) -> dict:
+    """The columns of a scored document before its methods' scores: prediction, tokens, words
+    (cut from the text by the tokenizer's offsets, contractions joined back)."""
+    spans = word_spans(index, n_words, offsets)
+    words = [text[s:e].strip() if s is not None else "" for s, e in spans]
+    word_span, word_joined = join_contractions(words, spans, text)
+    return {
+        "doc_id": doc_id,
+        "text": text,
+        "label": label,
+        "pred": int(probs.argmax()),
+        "probs": probs.tolist(),
+        "n_tokens": len(tokens),
+        "n_layers": n_layers,
+        "truncated": truncated,
+        "tokens": tokens,
+        "word_index": index.tolist(),
+        "words": words,
+        "word_span": word_span,
+        "word_joined": word_joined,
+        "error": None,
+        "model_fingerprint": fingerprint,
+        "seconds": {"forward": forward_s},
+    }
+
+
+def error_row(doc_id, label, reason: str, fingerprint: str) -> dict:
+    return {"doc_id": doc_id, "label": label, "error": reason, "model_fingerprint": fingerprint}
+
+
+def head_columns(collector, n_docs: int) -> list[dict]:
+    """Per document of a forward pass: its per-head statistics (and head similarity when sampled)."""
+    if collector is None:
+        return [{}] * n_docs
+    statistics = collector.statistics().numpy()  # (B, L, H, N_STATS)
+    similarity = collector.similarity()
+    columns = []
+    for b in range(n_docs):
+        jsd, jsd_rows = similarity.get(b, (None, None))
+        columns.append(
+            {
+                "heads": statistics[b].ravel(),
+                "head_jsd": None if jsd is None else jsd.numpy().ravel(),
+                "head_jsd_rows": jsd_rows,
+            }
+        )
+    return columns
+
+
+def text_problem(text) -> str | None:
+    """Why a text cannot be scored, or None."""
+    if not isinstance(text, str):
+        return f"text is {type(text).__name__}, not a string" if not missing(text) else "text is null"
+    if not text.strip():
+        return "text is empty or whitespace only"
+    return None
+
+
+def missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
+
+
+def rows_to_scores(row: dict, method: str) -> np.ndarray:
+    """A row's flattened ``scores_<method>`` back to shape (L, n)."""
+    return np.asarray(row[f"scores_{method}"], dtype=np.float32).reshape(row["n_layers"], row["n_tokens"])
