@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import yaml
 
-from xai_ray.config import RunConfig
+from xai_ray.config import RunConfig, resolve_target
 from xai_ray.data.corpus import read_corpus
 from xai_ray.data.screening import screen
 from xai_ray.methods.head_summary import HeadTotals
@@ -57,6 +57,7 @@ def run(cfg: RunConfig) -> RunResult:
     logged = route_noise(layout.run_log(cfg.store, cfg.run_id))  # Ray's and setuptools' chatter: into the run's log
     with native_stderr_into(logged):  # and what Ray's C++ core writes to stderr
         model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
+        resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
         corpus = read(cfg)
         kept, rejected = screen(corpus, model["labels"])
         return publish(kept, rejected, cfg, n_input=len(corpus), model=model, started=started)
@@ -132,6 +133,8 @@ IDENTITY_KEYS = (
     "head_fusion",
     "discard_ratio",
     "start_layer",
+    "target",
+    "ig_steps",
     "heads",
     "heads_sample",
     "heads_sample_rows",
@@ -363,6 +366,7 @@ def build_manifest(cfg, run_id, model: dict, n_input, score_s, started) -> dict:
         "config": cfg.to_dict(),
         "model": model,
         "attention": cfg.attention_options,
+        "target": target_record(cfg, model),
         "input_documents": n_input,
         "timings": {
             "score_and_write_s": round(score_s, 3),
@@ -371,6 +375,24 @@ def build_manifest(cfg, run_id, model: dict, n_input, score_s, started) -> dict:
         },
         "versions": versions(),
         "host": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+    }
+
+
+def target_record(cfg, model: dict) -> dict | None:
+    """What the class-specific methods explained (null when the run has none): the ``target`` asked
+    for, the class index it names (null for pred and label, which vary per document: see
+    ``docs.target``), the objective each method differentiates, and integrated gradients' steps."""
+    from xai_ray.methods import REGISTRY
+
+    chosen = [m for m in cfg.methods if REGISTRY[m].class_specific]
+    if not chosen:
+        return None
+    resolved = resolve_target(cfg.target, model.get("labels") or {})
+    return {
+        "target": cfg.target,
+        "class": None if isinstance(resolved, str) else resolved,
+        "objectives": {m: REGISTRY[m].objective for m in chosen},
+        "ig_steps": cfg.ig_steps if "integrated_gradients" in chosen else None,
     }
 
 

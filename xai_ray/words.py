@@ -106,9 +106,10 @@ def merge_scores(scores: np.ndarray, index: np.ndarray, n_words: int) -> np.ndar
     return out
 
 
-def normalise(word_scores: np.ndarray) -> np.ndarray:
-    """Rescale each layer's word scores to sum 1 (the special tokens' share removed)."""
-    total = word_scores.sum(axis=-1, keepdims=True)
+def normalise(word_scores: np.ndarray, signed: bool = False) -> np.ndarray:
+    """Rescale each layer's word scores to sum 1 (the special tokens' share removed); ``signed``
+    scores (gradient attributions) so that their absolute values sum to 1, signs kept."""
+    total = (np.abs(word_scores) if signed else word_scores).sum(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(total > 0, word_scores / total, 0.0)
 

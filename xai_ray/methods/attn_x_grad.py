@@ -22,6 +22,7 @@ class AttentionTimesGradient(Method):
     name = "attn_x_grad"
     needs = ATTENTION_GRADIENTS
     class_specific = True
+    objective = "logit"
 
     def attribute(self, weighted: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
         return to_shares(as_layers(weighted)[:, 0, :])

@@ -111,12 +111,14 @@ class Method:
     needs: which capture ``attribute`` reads (see the module docstring).
     class_specific: the scores explain one class (the run's ``target``); attention methods do not.
     signed: scores may be negative (evidence against the target class); shares of |score|.
+    objective: what a class-specific method differentiates: ``logit`` or ``log_probability`` of the target.
     """
 
     name: ClassVar[str]
     needs: ClassVar[str] = ATTENTION
     class_specific: ClassVar[bool] = False
     signed: ClassVar[bool] = False
+    objective: ClassVar[str | None] = None
 
     def __init__(self, options: AttentionOptions | None = None) -> None:
         self.options = options or AttentionOptions()
@@ -141,6 +143,7 @@ class TokenAttribution(Method):
     needs: ClassVar[str]
     class_specific = True
     signed = True
+    objective = "log_probability"
 
     def attribute(self, values: np.ndarray, n_layers: int = 1) -> np.ndarray:  # (n,) -> (L, n)
         values = np.asarray(values.detach().cpu() if hasattr(values, "detach") else values, dtype=np.float64)

@@ -55,6 +55,7 @@ class GradientRollout(Method):
     name = "grad_rollout"
     needs = ATTENTION_GRADIENTS
     class_specific = True
+    objective = "logit"
 
     def attribute(self, weighted: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
         weighted = as_layers(weighted)

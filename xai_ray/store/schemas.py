@@ -17,6 +17,11 @@ DOCS = pa.schema(
         ("n_words", pa.int32()),
         ("truncated", pa.bool_()),
         ("text", pa.string()),
+        # the class the class-specific methods explained (null when the run has none of them)
+        ("target", pa.int64()),
+        # integrated_gradients: f(x) - f(baseline) of f = log p_target, and |sum of attributions - that|
+        ("ig_delta", pa.float64()),
+        ("ig_completeness_error", pa.float64()),
     ]
 )
 TOKENS = pa.schema(
