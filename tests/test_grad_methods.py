@@ -244,3 +244,47 @@ def test_a_document_scores_the_same_alone_and_in_a_batch(models, family):
         np.testing.assert_allclose(ixg[b, :n], ixg_alone[0], rtol=1e-4, atol=1e-5)
         ig_alone, _, _ = integrated_gradients(model, alone["input_ids"], alone["attention_mask"], targets[b : b + 1], 4)
         np.testing.assert_allclose(ig[b, :n], ig_alone[0], rtol=1e-4, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- through the scorer
+
+GRADIENT_METHODS = ("grad_rollout", "attn_x_grad", "input_x_gradient", "integrated_gradients")
+
+
+def scored(scorer, texts, labels=None) -> dict:
+    table = scorer(
+        {"doc_id": [str(i) for i in range(len(texts))], "text": texts, "label": labels or [None] * len(texts)}
+    )
+    return {row["doc_id"]: row for row in table.to_pylist()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_scorer_rows_are_the_same_alone_and_in_a_batch(scorer_factory, family):
+    scorer = scorer_factory(family, methods=GRADIENT_METHODS, ig_steps=4)
+    together = scored(scorer, TEXTS)
+    for i, text in enumerate(TEXTS):
+        alone = scored(scorer, [text])["0"]
+        for method in GRADIENT_METHODS:
+            np.testing.assert_allclose(
+                np.asarray(alone[f"scores_{method}"]), together[str(i)][f"scores_{method}"], rtol=1e-4, atol=1e-6
+            )
+        assert alone["target"] == together[str(i)]["target"] == alone["pred"]
+
+
+def test_a_review_that_fits_one_window_scores_as_without_windows(scorer_factory):
+    head = scored(scorer_factory("bert", methods=GRADIENT_METHODS, ig_steps=4, long_text="head"), TEXTS)
+    window = scored(scorer_factory("bert", methods=GRADIENT_METHODS, ig_steps=4, long_text="window"), TEXTS)
+    for doc_id, row in head.items():
+        for method in GRADIENT_METHODS:
+            np.testing.assert_allclose(window[doc_id][f"scores_{method}"], row[f"scores_{method}"], atol=1e-6)
+        assert window[doc_id]["ig_completeness_error"] == pytest.approx(row["ig_completeness_error"], abs=1e-6)
+
+
+def test_a_long_review_in_windows_gets_every_gradient_method(scorer_factory):
+    scorer = scorer_factory("bert", methods=GRADIENT_METHODS, ig_steps=4, long_text="window", max_length=12)
+    row = scored(scorer, [" ".join(TEXTS * 2)], [1])["0"]
+    assert row["error"] is None and row["n_tokens"] > 12 and row["target"] == row["pred"]
+    n_layers, n = row["n_layers"], row["n_tokens"]
+    for method in GRADIENT_METHODS:
+        scores = np.asarray(row[f"scores_{method}"], dtype=np.float64).reshape(n_layers, n)
+        assert np.isfinite(scores[-1]).all(), method  # every token of the review has a score at the last layer

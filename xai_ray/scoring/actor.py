@@ -210,13 +210,7 @@ class Scorer:
                 row["attention"] = doc_attention.astype(np.float32).ravel()  # for the CPU stage
             row.update(heads[b])
             rows.append(row)
-        if self.evaluator is not None:
-            scored = [b for b in range(len(chosen)) if not problems[b]]
-            self.evaluator.add_metrics(
-                [r for r in rows if not r.get("error")],
-                model_inputs["input_ids"][scored],
-                model_inputs["attention_mask"][scored],
-            )
+        self._evaluate(rows, model_inputs, problems)
         return rows
 
     def _forward(self, encoding: dict, collector):
@@ -319,14 +313,15 @@ class Scorer:
                 row["attention"] = windows[0].astype(np.float32).ravel()
             row.update(heads[mine[0]])
             rows.append(row)
-        if self.evaluator is not None:  # head_tail only (the config refuses windows with --evaluate)
-            scored = [r for r, (i, _) in enumerate(owners) if not problems[r]]
-            self.evaluator.add_metrics(
-                [r for r in rows if not r.get("error")],
-                model_inputs["input_ids"][scored],
-                model_inputs["attention_mask"][scored],
-            )
+        self._evaluate(rows, model_inputs, problems)  # head_tail only: the config refuses windows with --evaluate
         return rows
+
+    def _evaluate(self, rows: list[dict], model_inputs: dict, problems: list) -> None:
+        """Faithfulness of the scored rows (``--evaluate``); inputs whose document became an error are left out."""
+        if self.evaluator is not None:
+            kept = [r for r, problem in enumerate(problems) if not problem]
+            inputs = [model_inputs[k][kept] for k in ("input_ids", "attention_mask")]
+            self.evaluator.add_metrics([row for row in rows if not row.get("error")], *inputs)
 
     def _head_collector(self, input_ids, attention_mask, sampled: list[bool]):
         """The per-head statistics collector of one forward pass, or None when heads are off."""
