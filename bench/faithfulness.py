@@ -8,7 +8,11 @@ gradient and evaluation stages from the manifest, and the run's wall time).
 
 Usage (Ray needs the loopback namespace here):
   bash scripts/loopback.sh .venv/bin/python bench/faithfulness.py --n 100 --max-length 128 \
-      [--model models/minilm-imdb] [--methods raw,rollout,flow] [--out table.md]
+      [--model models/minilm-imdb] [--methods raw,rollout,flow] [--ig-steps 20] [--out table.md]
+
+Also prints each method's scoring cost per review relative to the capture forward (the actor
+seconds of its own array math plus the backward pass it reads, which grad_rollout and
+attn_x_grad share), and integrated gradients' completeness error over the reviews.
 
 --model defaults to the packaged MiniLM; a fine-tuned folder (`xai-ray finetune --out DIR`) is
 evaluated on its own held-out reviews (heldout_ids.txt).
@@ -56,6 +60,7 @@ def main() -> None:
     parser.add_argument("--methods", default="raw,rollout,flow")
     parser.add_argument("--actors", type=int, default=1)
     parser.add_argument("--cpus-per-actor", type=float, default=2)
+    parser.add_argument("--ig-steps", type=int, default=20)
     parser.add_argument("--store", help="default: a temporary folder")
     parser.add_argument("--out", help="also write the table as Markdown here")
     args = parser.parse_args()
@@ -75,7 +80,7 @@ def main() -> None:
             "report": False,
             "evaluate": True,
         },
-        [f"cpus_per_actor={args.cpus_per_actor}", "batch_size=16"],
+        [f"cpus_per_actor={args.cpus_per_actor}", "batch_size=16", f"ig_steps={args.ig_steps}"],
     )
     started = time.perf_counter()
     result = pipeline.run(cfg)
@@ -108,6 +113,7 @@ def main() -> None:
                 for m in HEADLINE
             ]
             lines.append(f"| {method} | {'' if layer is None else int(layer)} | " + " | ".join(row) + " |")
+    lines += ["", *cost_lines(actor, cfg.methods, docs), *completeness_lines(con, result.run_id)]
     text = "\n".join(lines)
     print(text)
     print(
@@ -117,6 +123,37 @@ def main() -> None:
     )
     if args.out:
         Path(args.out).write_text(text + "\n")
+
+
+def cost_lines(actor: dict, methods, docs: int) -> list[str]:
+    """Each method's actor seconds per review (its math plus the pass it reads) over the forward's."""
+    from xai_ray.methods import REGISTRY
+
+    forward = actor.get("forward", 0.0) / max(docs, 1)
+    lines = [f"capture forward: {1000 * forward:.1f} ms per review", "", "| method | ms per review | x forward |"]
+    lines.append("|---|---:|---:|")
+    for method in methods:
+        spent = (actor.get(method, 0.0) + actor.get(f"{REGISTRY[method].needs} pass", 0.0)) / max(docs, 1)
+        lines.append(f"| {method} | {1000 * spent:.1f} | {spent / max(forward, 1e-12):.2f} |")
+    return lines
+
+
+def completeness_lines(con, run_id: str) -> list[str]:
+    """Integrated gradients' completeness error over the run's reviews (when it ran)."""
+    found = con.execute(
+        "select ig_completeness_error as error, abs(ig_delta) as delta from docs"
+        " where run_id = $r and ig_completeness_error is not null",
+        {"r": run_id},
+    ).df()
+    if found.empty:
+        return []
+    relative = found.error / found.delta.clip(lower=1e-12)
+    return [
+        "",
+        f"integrated gradients completeness |sum - (f(x) - f(baseline))|, f = log p_target, over {len(found)} reviews: "
+        f"median {found.error.median():.4f}, 95th percentile {found.error.quantile(0.95):.4f}, max {found.error.max():.4f}; "
+        f"relative to |f(x) - f(baseline)|: median {relative.median():.2%}, 95th percentile {relative.quantile(0.95):.2%}",
+    ]
 
 
 if __name__ == "__main__":

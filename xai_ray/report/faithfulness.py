@@ -82,10 +82,11 @@ def summary_of(ctx: Context) -> pd.DataFrame:
 
 
 def order_methods(methods: list[str], run_methods: list[str]) -> list[str]:
-    """The run's attention methods in its order, then the gradient baseline, then the floor."""
+    """The run's methods in its order, then the gradient baseline, then the floor (a stored
+    input_x_gradient is evaluated once, as the baseline, and listed there)."""
     found = set(methods)
     return (
-        [m for m in run_methods if m in found]
+        [m for m in run_methods if m in found and m not in (GRADIENT, RANDOM)]
         + [m for m in (GRADIENT, RANDOM) if m in found]
         + sorted(found - set(run_methods) - {GRADIENT, RANDOM})
     )
