@@ -107,7 +107,11 @@ def explain_stored(
         raise QueryError(f"no document {doc_id!r} in run {run['run_id']!r} (its errors view may say why)")
     config = json.loads(run["manifest"]).get("config", {})
     doc = found.iloc[0]
-    options = {k: config[k] for k in ("residual", "head_fusion", "discard_ratio", "start_layer") if k in config}
+    options = {
+        k: config[k]
+        for k in ("residual", "head_fusion", "discard_ratio", "start_layer", "target", "ig_steps")
+        if k in config
+    }
     if model is None:  # the run's own model: the safety flags it was run with apply to it
         options.update({k: config[k] for k in ("allow_pickle", "trust_remote_code") if k in config})
     label = None if pd.isna(doc.label) else int(doc.label)
