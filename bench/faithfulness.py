@@ -31,8 +31,9 @@ import pandas as pd
 
 from xai_ray import pipeline
 from xai_ray.config import resolve
+from xai_ray.query.bootstrap import bootstrap
 from xai_ray.query.connection import open_store, run_named
-from xai_ray.report.faithfulness import HEADLINE, bootstrap, order_methods
+from xai_ray.report.faithfulness import HEADLINE, order_methods
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 

@@ -202,6 +202,18 @@ def build_tiny_model(family: str, seed: int = 0):
     return model, tokenizer
 
 
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests run where CUDA is present and are skipped, with the reason, everywhere else."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def wordpiece_tokenizer():
     return build_wordpiece_tokenizer()

@@ -16,7 +16,7 @@ import pytest
 from conftest import build_wordpiece_tokenizer
 
 from xai_ray.config import ConfigError, resolve
-from xai_ray.report.page import load_definition
+from xai_ray.report.definition import load_definition
 from xai_ray.scoring import faithfulness as fm
 from xai_ray.scoring.actor import Scorer
 
@@ -469,8 +469,8 @@ def test_evaluating_a_published_run_later_gives_the_same_metrics(evaluated_store
 @pytest.mark.ray
 @pytest.mark.slow
 def test_report_section_from_the_evaluated_run(evaluated_store):
+    from xai_ray.query.bootstrap import bootstrap
     from xai_ray.query.connection import open_store, run_named
-    from xai_ray.report.faithfulness import bootstrap
     from xai_ray.report.page import build_report
 
     page = (build_report(evaluated_store, "ev", evaluated_store.parent / "r.html")).read_text()

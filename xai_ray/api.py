@@ -199,8 +199,10 @@ def report_chart(
     Sections with several charts come back stacked (``alt.vconcat``)."""
     import altair as alt
 
-    from xai_ray.report.page import BUILDERS, context, load_definition
-    from xai_ray.report.sections import Fragment
+    from xai_ray.report.blocks import Fragment
+    from xai_ray.report.context import context
+    from xai_ray.report.definition import load_definition
+    from xai_ray.report.sections import BUILDERS
     from xai_ray.store import remote
 
     if name not in BUILDERS:

@@ -401,7 +401,8 @@ def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
     numbers and top words (rollout if present, else the first method) for the log."""
     from xai_ray.query.connection import open_store, pick_run, run_named
     from xai_ray.query.top_words import keep_word_totals, topk
-    from xai_ray.report.page import DEFAULTS, keep_aggregates
+    from xai_ray.report.aggregates import keep_aggregates
+    from xai_ray.report.definition import DEFAULTS
 
     keep_aggregates(store, run_id)
     keep_word_totals(store, run_id)

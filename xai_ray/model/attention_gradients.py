@@ -94,22 +94,23 @@ def attention_gradients(model, encoding: dict, targets) -> tuple[torch.Tensor, t
     targets = torch.as_tensor(targets, dtype=torch.long, device=device)
     others = {k: v for k, v in encoding.items() if k not in ("input_ids", "attention_mask")}
     lengths = attention_mask.sum(dim=1).tolist()
-    from xai_ray.model.capture import CAPTURE  # capture dispatches here: imported late, no cycle
-
     batch, n = input_ids.shape
     n_layers = model.config.num_hidden_layers
     weighted = torch.zeros(batch, n_layers, n, n, dtype=torch.float32, device=device)  # (B, L, N, N)
     with torch.enable_grad(), torch.autocast(device.type, enabled=False), frozen_parameters(model):
         embeddings = model.get_input_embeddings()(input_ids).detach().float().requires_grad_(True)  # (B, N, d)
-        if model.config._attn_implementation == CAPTURE:
+        if model.config._attn_implementation != "eager":  # xai_capture: it hands every layer to us
             collector = GradientCollector(lengths=lengths, weighted=weighted)
             token = _active.set(collector)
             try:
                 logits = model(inputs_embeds=embeddings, attention_mask=attention_mask, **others).logits.float()
             finally:
                 _active.reset(token)
-            if collector.calls != n_layers:
-                raise RuntimeError(f"the model called attention {collector.calls} times for {n_layers} layers")
+            if collector.calls != n_layers:  # e.g. an sdpa model: its attention never comes through capture
+                raise RuntimeError(
+                    f"the model's attention came through the capture {collector.calls} times for {n_layers} layers"
+                    " (load it with attn_implementation='xai_capture' or 'eager')"
+                )
         else:  # an eager model: hooks on the probabilities it returns (it keeps all of them anyway)
             outputs = model(inputs_embeds=embeddings, attention_mask=attention_mask, output_attentions=True, **others)
             if not outputs.attentions or outputs.attentions[0] is None:

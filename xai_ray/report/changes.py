@@ -17,6 +17,7 @@ import html
 import pandas as pd
 
 from xai_ray.query.connection import run_named
+from xai_ray.report.blocks import Fragment, Section, number, percent
 
 DEPTH = 5  # rank both nights' words down to k * DEPTH, so a word that left shows where it went
 NEW_SHOWN = 20  # new documents listed by id
@@ -24,7 +25,6 @@ NEW_SHOWN = 20  # new documents listed by id
 
 def since_last_night(ctx):
     """Builder: None unless the report is a nightly one."""
-    from xai_ray.report.sections import Fragment, Section
 
     night = ctx.extra.get("nightly")
     if not night:
@@ -132,7 +132,6 @@ def rank_chart(changes: pd.DataFrame, depth: int, title: str):
 
 
 def _facts_html(ctx, night: dict, then: dict | None, new: pd.DataFrame, then_ids: set) -> str:
-    from xai_ray.report.sections import number, percent
 
     now = ctx.summary
     labelled = new.dropna(subset=["label"])
@@ -181,7 +180,6 @@ def _changes_html(changes: pd.DataFrame, k: int, depth: int) -> str:
 
 
 def _new_docs_html(ctx, new: pd.DataFrame, then_ids: set) -> str:
-    from xai_ray.report.sections import number
 
     shown = new.head(NEW_SHOWN)
     rows = "".join(

@@ -25,8 +25,9 @@ import pandas as pd
 from xai_ray.config import ConfigError
 from xai_ray.methods.head_summary import STATISTICS
 from xai_ray.report import charts, head_charts
+from xai_ray.report.blocks import number
 from xai_ray.report.outputs import check_target, write_page
-from xai_ray.report.sections import _curves, highlight_html, number
+from xai_ray.report.sections import _curves, highlight_html
 from xai_ray.words import merge_attention
 
 SCRIPT = Path(__file__).parent / "static" / "explain.js"
