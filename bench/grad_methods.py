@@ -92,7 +92,8 @@ def main() -> None:
             seconds[name].append(spent[name])
     forward = min(seconds["capture forward"])
     print(
-        f"model {args.model}, {args.n} IMDB reviews, max_length {args.max_length} (mean {mean_tokens:.0f} tokens), {args.threads} torch thread(s), CPU; best of {args.repeats}, turns per batch"
+        f"model {args.model}, {args.n} IMDB reviews, max_length {args.max_length} (mean {mean_tokens:.0f} tokens),"
+        f" {args.threads} torch thread(s), CPU; best of {args.repeats}, turns per batch"
     )
     print("| pass | ms per review | x capture forward |")
     print("|---|---:|---:|")
