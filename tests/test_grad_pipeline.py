@@ -176,3 +176,24 @@ def test_a_target_the_model_lacks_stops_the_job_in_one_sentence(tiny_bert_dir, t
         "use pred, label or one of its classes: 0 (negative), 1 (positive)"
     )
     assert not (tmp_path / "store" / "runs").exists() or not any((tmp_path / "store" / "runs").iterdir())
+
+
+def test_nightly_knows_a_document_only_under_the_same_target(tiny_bert_dir):
+    """The nightly key holds the target (and integrated gradients' steps) when a class-specific
+    method runs, and reads back the same from the run's manifest, so known documents are found."""
+    from xai_ray.ops.nightly import manifest_key, scoring_key, target_key
+
+    assert target_key(("raw", "rollout"), "pred", 20) == {}  # runs of attention methods match older runs
+    for sets in (["methods=grad_rollout,raw", "target=label"], ["methods=integrated_gradients", "target=1"]):
+        cfg = resolve(None, {"model": tiny_bert_dir}, sets)
+        key = scoring_key(cfg)
+        manifest = {
+            "config": cfg.to_dict(),
+            "model": {"fingerprint": key["fingerprint"]},
+            "attention": cfg.attention_options,
+        }
+        assert manifest_key(json.loads(json.dumps(manifest))) == key
+        assert key["target"] == cfg.target
+        other = resolve(None, {"model": tiny_bert_dir}, [*sets, "target=pred"])
+        assert scoring_key(other) != key
+    assert "ig_steps" in scoring_key(resolve(None, {"model": tiny_bert_dir}, ["methods=integrated_gradients"]))
