@@ -38,6 +38,8 @@ def planned(ctx: Context) -> list[tuple[str, dict]]:
     plan = [(name, params[name]) for name in KEPT if sections & set(READERS[name])]
     if len(ctx.methods) < 2:  # the agreement section compares methods
         plan = [(name, p) for name, p in plan if name != "report_agreement"]
+    if not ctx.binary:  # the contrast section is for two classes only
+        plan = [(name, p) for name, p in plan if name != "report_contrast"]
     return plan
 
 

@@ -60,6 +60,15 @@ class Context:
         except (TypeError, ValueError):
             return str(value)
 
+    @property
+    def binary(self) -> bool:
+        """Two classes: the only case where class 1 against class 0 means something (contrast, P(pos))."""
+        return (len(self.labels) or len(self.classes())) == 2  # a manifest without labels: count the outputs
+
+    def classes(self) -> pd.DataFrame:
+        """Per class of the model (``sql/class_summary.sql``): cls, mean_prob, predicted, labelled, correct."""
+        return self.query("class_summary").rename(columns={"class": "cls"})
+
     def word_params(self) -> dict:
         """The top-k parameters of this report (``wordstats.query_params``), shared by every word chart."""
         return wordstats.query_params(self.stat, self.min_docs, self.min_count, self.exclude)
