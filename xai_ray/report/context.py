@@ -17,7 +17,7 @@ from xai_ray.store.aggregates import read_aggregate
 
 # Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
 # beside the run (``report.aggregates``), so building the report costs the same for 200 reviews or 25,000.
-KEPT = ("report_topk_all", "report_contrast", "report_agreement")
+KEPT = ("report_topk_all", "report_contrast", "report_agreement", "report_leaderboard")
 
 
 @dataclass
