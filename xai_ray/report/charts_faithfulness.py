@@ -123,7 +123,7 @@ def leaderboard(board: pd.DataFrame, title: str, metric_title: str = "comprehens
         tooltip=tooltip,
     )
     labels = timed.mark_text(align="left", dx=3).encode(
-        x="seconds:Q", y=alt.Y("entry:N", sort=order), text=alt.Text("seconds:Q", format=".3g")
+        x="seconds:Q", y=alt.Y("entry:N", sort=order), text=alt.Text("seconds:Q", format=".2~g")
     )
     spent = (cost + labels).properties(width=180, height=height)
     return alt.hconcat(ranked, spent).resolve_scale(y="shared").properties(title=title)
