@@ -4,7 +4,9 @@ Runs the real pipeline (Ray actors, ``--evaluate``) on N IMDB reviews with a giv
 prints, from the store's faithfulness view and the report's bootstrap: per method (attention
 methods at every layer, input x gradient, the random floor) the mean and 95% bootstrap interval
 of each headline metric, and the evaluation's seconds per document (actor seconds of the
-gradient and evaluation stages from the manifest, and the run's wall time).
+gradient and evaluation stages from the manifest, and the run's wall time); then the report's
+leaderboard (every method's best and last layer by comprehensiveness AOPC, normal 95% intervals,
+the paired gain over random, actor-seconds per review and that over the capture forward's).
 
 Usage (Ray needs the loopback namespace here):
   bash scripts/loopback.sh .venv/bin/python bench/faithfulness.py --n 100 --max-length 128 \
@@ -33,6 +35,7 @@ from xai_ray import pipeline
 from xai_ray.config import resolve
 from xai_ray.query.bootstrap import bootstrap
 from xai_ray.query.connection import open_store, run_named
+from xai_ray.report import leaderboard
 from xai_ray.report.faithfulness import HEADLINE, order_methods
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
@@ -114,6 +117,7 @@ def main() -> None:
                 for m in HEADLINE
             ]
             lines.append(f"| {method} | {'' if layer is None else int(layer)} | " + " | ".join(row) + " |")
+    lines += ["", *leaderboard_lines(con, result.run_id, result.manifest)]
     lines += ["", *cost_lines(actor, cfg.methods, docs), *completeness_lines(con, result.run_id)]
     text = "\n".join(lines)
     print(text)
@@ -155,6 +159,26 @@ def completeness_lines(con, run_id: str) -> list[str]:
         f"median {found.error.median():.4f}, 95th percentile {found.error.quantile(0.95):.4f}, max {found.error.max():.4f}; "
         f"relative to |f(x) - f(baseline)|: median {relative.median():.2%}, 95th percentile {relative.quantile(0.95):.2%}",
     ]
+
+
+def leaderboard_lines(con, run_id: str, manifest: dict) -> list[str]:
+    """The report's leaderboard as a Markdown table."""
+    board = run_named(con, "report_leaderboard", run_id=run_id, **leaderboard.PARAMS)
+    n_docs = con.execute("select count(*) from docs where run_id = $r", {"r": run_id}).fetchone()[0]
+    board = leaderboard.board_with_costs(board, manifest, n_docs)
+    forward = board.attrs.get("forward_seconds")
+    lines = [
+        f"leaderboard: comprehensiveness AOPC, normal 95% intervals; capture forward {forward or 0:.4f} s per review",
+        "",
+        "| rank | method | AOPC [95% CI] | minus random [95% CI] | s per review | x forward |",
+        "|---:|---|---|---|---:|---:|",
+    ]
+    for r in board.itertuples():
+        gain = "" if pd.isna(r.gain) else f"{r.gain:+.3f} [{r.gain_lo:+.3f}, {r.gain_hi:+.3f}]"
+        cost = "" if pd.isna(r.seconds) else f"{r.seconds:.4f}"
+        ratio = "" if pd.isna(r.x_forward) else f"{r.x_forward:.2f}"
+        lines.append(f"| {r.rank} | {r.entry} | {r.mean:.3f} [{r.lo:.3f}, {r.hi:.3f}] | {gain} | {cost} | {ratio} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -542,5 +542,9 @@ def test_faithfulness_section_renders_in_headless_chromium(evaluated_store, tmp_
     assert console == [], console
     section = dom.stdout.split('<section id="faithfulness">')[1].split("</section>")[0]
     charts = re.split(r'<div class="chart[^"]*" id="chart-\d+"', section)[1:]
-    assert len(charts) == 2 and all("<svg" in chart and "<path" in chart for chart in charts)
-    assert '<table class="faithfulness">' in section and section.count("<tr") == 1 + 3 * 2 + 2
+    assert len(charts) == 3 and all("<svg" in chart and "<path" in chart for chart in charts)  # leaderboard first
+    table = section.split('<table class="faithfulness">')[1].split("</table>")[0]
+    assert table.count("<tr") == 1 + 3 * 2 + 2
+    board = section.split('<table class="faithfulness leaderboard">')[1].split("</table>")[0]
+    for method in ("raw", "rollout", "flow", "input_x_gradient", "random"):
+        assert f"<td>{method}" in board

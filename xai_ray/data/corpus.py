@@ -5,7 +5,9 @@ formats, an ``aclImdb`` folder or the ``aclImdb_v1.tar.gz`` archive. Ids are the
 when it has them, else stable ``{split}-{row}`` ids, so the same document keeps its id between
 runs. Ids and labels are read as the text the source wrote (``fields``): never through a float.
 Rows the reader already knows to be bad carry a ``problem`` (a label that is not a class number,
-a JSONL line that is not an object) for screening to quarantine.
+a JSONL line that is not an object) for screening to quarantine. A label that is not a class
+number is also kept as written in ``label_name`` (when it is the row's only problem): screening
+accepts it when it names one of the model's classes (``positive``), which the reader cannot know.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pyarrow.parquet as pq
 
 from xai_ray.data import fields
 
-COLUMNS = ["doc_id", "text", "label", "problem"]
+COLUMNS = ["doc_id", "text", "label", "problem", "label_name"]
 FOLDER_FORMATS = (".parquet", ".csv", ".jsonl")
 # A Unicode noncharacter (never meant for interchange): it stands in for each byte of a CSV/JSONL
 # file that is not UTF-8, so those rows can be quarantined rather than silently "repaired".
@@ -50,8 +52,9 @@ def read_corpus(
     seed: int = 0,
     clean_html: bool = True,
 ) -> pd.DataFrame:
-    """Read a corpus into ``doc_id`` (str), ``text`` (object), ``label`` (nullable Int64) and
-    ``problem`` (None, or why the row cannot be scored: see ``fields``).
+    """Read a corpus into ``doc_id`` (str), ``text`` (object), ``label`` (nullable Int64),
+    ``problem`` (None, or why the row cannot be scored: see ``fields``) and ``label_name`` (the
+    label as written when it is no class number and the row has no other problem, else None).
 
     ``limit`` keeps a seeded random sample of that many rows (in source order), because
     sources such as IMDB are sorted by class and their first rows are all one label.
@@ -242,16 +245,19 @@ def _standardise(frame, source, split, text_column, label_column, id_column) -> 
         for p, t in zip(problems, texts)
     ]
     labels: list = [None] * n
+    names: list = [None] * n
     if label_column in frame.columns:
         for i, value in enumerate(frame[label_column]):
             labels[i], written = fields.label_value(value)
             if written is not None and problems[i] is None:
                 problems[i] = f"label {written!r} is not a class number"
+                names[i] = written  # maybe a class name: screening knows the model's
     return pd.DataFrame(
         {
             "doc_id": pd.Series(ids, dtype=object),
             "text": pd.Series(texts, dtype=object),
             "label": pd.array(labels, dtype="Int64"),
             "problem": pd.Series(problems, dtype=object),
+            "label_name": pd.Series(names, dtype=object),
         }
     )

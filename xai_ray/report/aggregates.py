@@ -14,6 +14,7 @@ from pathlib import Path
 
 from xai_ray.query.bootstrap import RESAMPLES, SEED, SUMMARY, bootstrap
 from xai_ray.query.connection import run_named
+from xai_ray.report import leaderboard
 from xai_ray.report.context import KEPT, Context, context, has_relation
 from xai_ray.report.definition import load_definition
 from xai_ray.store.aggregates import write_aggregate
@@ -23,6 +24,7 @@ READERS = {
     "report_topk_all": ("headline", "per_method", "per_class", "layers"),
     "report_contrast": ("contrast",),
     "report_agreement": ("agreement",),
+    "report_leaderboard": ("faithfulness",),
 }
 assert set(READERS) == set(KEPT)
 
@@ -34,11 +36,22 @@ def planned(ctx: Context) -> list[tuple[str, dict]]:
         "report_topk_all": ctx.topk_params(),
         "report_contrast": ctx.contrast_params(),
         "report_agreement": ctx.agreement_params(),
+        "report_leaderboard": leaderboard.PARAMS,
     }
     plan = [(name, params[name]) for name in KEPT if sections & set(READERS[name])]
     if len(ctx.methods) < 2:  # the agreement section compares methods
         plan = [(name, p) for name, p in plan if name != "report_agreement"]
+    if not ctx.binary:  # the contrast section is for two classes only
+        plan = [(name, p) for name, p in plan if name != "report_contrast"]
+    if not _evaluated(ctx):  # the faithfulness section reads the leaderboard of evaluated runs only
+        plan = [(name, p) for name, p in plan if name != "report_leaderboard"]
     return plan
+
+
+def _evaluated(ctx: Context) -> bool:
+    if not has_relation(ctx.con, "faithfulness"):
+        return False
+    return bool(run_named(ctx.con, "run_faithfulness_count", run_id=ctx.run_id).n_rows.iloc[0])
 
 
 def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dict | None = None) -> list[Path]:

@@ -31,6 +31,8 @@ def since_last_night(ctx):
         return None
     then_con = night.get("then")
     then = run_named(then_con, "summary", run_id=night["then_label"]).iloc[0].to_dict() if then_con else None
+    if then is not None:  # each class's mean probability last night, beside tonight's (ctx.classes)
+        then["classes"] = run_named(then_con, "class_summary", run_id=night["then_label"])
     tonight = night.get("tonight_run")
     new = run_named(ctx.con, "nightly_new_docs", run_id=ctx.run_id, source_run_id=tonight or "")
     then_ids = set(run_named(then_con, "nightly_doc_ids", run_id=night["then_label"]).doc_id) if then_con else set()
@@ -146,11 +148,11 @@ def _facts_html(ctx, night: dict, then: dict | None, new: pd.DataFrame, then_ids
         ("Accuracy last night", percent(then["accuracy"]) if then else "n/a"),
         ("Accuracy tonight", percent(now["accuracy"])),
         ("Accuracy of tonight's documents", percent(new_accuracy)),
-        (
-            f"Mean P({ctx.label(1)}) last night / tonight",
-            f"{number(then['mean_prob_pos']) if then else 'n/a'} / {number(now['mean_prob_pos'])}",
-        ),
     ]
+    before = dict(zip(then["classes"]["class"], then["classes"]["mean_prob"])) if then else {}
+    for row in ctx.classes().itertuples():
+        was = number(before[row.cls]) if row.cls in before else "n/a"
+        facts.append((f"Mean P({ctx.label(row.cls)}) last night / tonight", f"{was} / {number(row.mean_prob)}"))
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)
     return f"<table class='facts since'>{rows}</table>"
 
@@ -185,12 +187,12 @@ def _new_docs_html(ctx, new: pd.DataFrame, then_ids: set) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(str(r.doc_id))}{' (changed)' if r.doc_id in then_ids else ''}</td>"
         f"<td>{html.escape(ctx.label(r.label) if pd.notna(r.label) else 'n/a')}</td>"
-        f"<td>{html.escape(ctx.label(r.pred))}</td><td>{number(r.prob_pos, '.2f')}</td>"
+        f"<td>{html.escape(ctx.label(r.pred))}</td><td>{number(r.confidence, '.2f')}</td>"
         f"<td>{html.escape(r.excerpt)}</td></tr>"
         for r in shown.itertuples()
     )
     more = f" (the first {NEW_SHOWN} of {len(new)} by id)" if len(new) > NEW_SHOWN else ""
     return (
         f"<h3>Documents scored tonight{more}</h3><table class='new-docs'><tr><th>id</th><th>true</th>"
-        f"<th>predicted</th><th>P({html.escape(ctx.label(1))})</th><th>text</th></tr>{rows}</table>"
+        f"<th>predicted</th><th>P(predicted)</th><th>text</th></tr>{rows}</table>"
     )

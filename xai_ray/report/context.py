@@ -17,7 +17,7 @@ from xai_ray.store.aggregates import read_aggregate
 
 # Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
 # beside the run (``report.aggregates``), so building the report costs the same for 200 reviews or 25,000.
-KEPT = ("report_topk_all", "report_contrast", "report_agreement")
+KEPT = ("report_topk_all", "report_contrast", "report_agreement", "report_leaderboard")
 
 
 @dataclass
@@ -59,6 +59,15 @@ class Context:
             return self.labels.get(int(value), str(value))
         except (TypeError, ValueError):
             return str(value)
+
+    @property
+    def binary(self) -> bool:
+        """Two classes: the only case where class 1 against class 0 means something (contrast, P(pos))."""
+        return (len(self.labels) or len(self.classes())) == 2  # a manifest without labels: count the outputs
+
+    def classes(self) -> pd.DataFrame:
+        """Per class of the model (``sql/class_summary.sql``): cls, mean_prob, predicted, labelled, correct."""
+        return self.query("class_summary").rename(columns={"class": "cls"})
 
     def word_params(self) -> dict:
         """The top-k parameters of this report (``wordstats.query_params``), shared by every word chart."""

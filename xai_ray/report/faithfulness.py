@@ -1,5 +1,7 @@
-"""The report's faithfulness section: per method (and layer), the mean of every metric with a
-bootstrap 95% interval, next to the input x gradient baseline and the random floor.
+"""The report's faithfulness section: first the leaderboard (``report.leaderboard``: every method
+ranked by comprehensiveness AOPC, normal-approximation intervals, the random floor as a band,
+cost per review), then per method (and layer) the mean of every metric with a bootstrap 95%
+interval, next to the input x gradient baseline and the random floor.
 
 The per-document values come from ``sql/report_faithfulness.sql``; the bootstrap resamples
 documents (the same resamples for every method, so their intervals are comparable) and is
@@ -15,6 +17,7 @@ import pandas as pd
 
 from xai_ray.query.bootstrap import RESAMPLES, SEED, SUMMARY, bootstrap
 from xai_ray.report import charts_faithfulness as charts
+from xai_ray.report import leaderboard
 from xai_ray.report.blocks import Fragment, Section
 from xai_ray.report.context import Context
 from xai_ray.scoring.faithfulness import CURVES, GRADIENT, RANDOM
@@ -59,11 +62,12 @@ def faithfulness(ctx: Context) -> Section | None:
         return None  # the run was not evaluated (no --evaluate)
     methods = order_methods(summary["method"].unique().tolist(), ctx.methods)
     n_docs = int(summary["n_docs"].max())
-    items = [
+    items = _leaderboard(ctx)
+    items.append(
         charts.by_layer(
             summary, HEADLINE, f"Faithfulness per layer, mean and 95% bootstrap interval ({n_docs} reviews)"
         )
-    ]
+    )
     curves = _curves(summary, ctx.last_layer)
     if not curves.empty:
         items.append(
@@ -87,6 +91,21 @@ def faithfulness(ctx: Context) -> Section | None:
         + _cost(ctx, n_docs)
     )
     return Section("faithfulness", "Faithfulness of each method", note, items)
+
+
+def _leaderboard(ctx: Context) -> list:
+    """The leaderboard's chart, table and reading note (nothing when no method has the metric)."""
+    board = ctx.query("report_leaderboard", **leaderboard.PARAMS)
+    if board.empty:
+        return []
+    board = leaderboard.board_with_costs(board, ctx.manifest, int(ctx.summary["n_docs"] or 0))
+    reviews = int(board["n_docs"].max())
+    title = f"Faithfulness leaderboard: comprehensiveness AOPC with 95% intervals, cost per review ({reviews} reviews)"
+    return [
+        charts.leaderboard(board, title),
+        Fragment(f"<p class='note'>{html.escape(leaderboard.note(board))}</p>"),
+        Fragment(leaderboard.table(board)),
+    ]
 
 
 def _cost(ctx: Context, n_docs: int) -> str:

@@ -31,6 +31,7 @@ TAIL_CHARS = 300  # unscored text past max_length shown, at most, after a highli
 
 def summary(ctx: Context) -> Section:
     s, timings = ctx.summary, ctx.manifest.get("timings", {})
+    mean_probs = [(f"Mean P({ctx.label(c.cls)})", number(c.mean_prob)) for c in ctx.classes().itertuples()]
     facts = [
         ("Run", ctx.run_id),
         ("Created", ctx.run["created_at"]),
@@ -44,8 +45,7 @@ def summary(ctx: Context) -> Section:
         ("Errors", s["n_errors"]),
         ("Truncated", s["n_truncated"]),
         ("Accuracy", percent(s["accuracy"])),
-        (f"Mean P({ctx.label(1)})", number(s["mean_prob_pos"])),
-        (f"Mean P({ctx.label(0)})", number(s["mean_prob_neg"])),
+        *mean_probs,
         ("Mean tokens", number(s["mean_tokens"], ".1f")),
         ("Scoring + writing, s", timings.get("score_and_write_s")),
         ("Total, s", timings.get("total_s")),
@@ -59,6 +59,12 @@ def summary(ctx: Context) -> Section:
     return section
 
 
+def mean_probabilities(ctx: Context) -> str:
+    """``Mean class probabilities: negative 0.48, positive 0.52`` (every class of the model)."""
+    shown = ", ".join(f"{ctx.label(c.cls)} {number(c.mean_prob, '.2f')}" for c in ctx.classes().itertuples())
+    return f"Mean class probabilities: {shown}"
+
+
 def headline(ctx: Context) -> Section | None:
     top = ctx.topk_all()
     top = top[(top.method == ctx.main_method) & (top.layer == ctx.last_layer) & (top.group == "all")]
@@ -66,8 +72,7 @@ def headline(ctx: Context) -> Section | None:
         return None
     s = ctx.summary
     subtitle = [
-        f"Average positive probability: {number(s['mean_prob_pos'], '.2f')}, "
-        f"average negative probability: {number(s['mean_prob_neg'], '.2f')}",
+        mean_probabilities(ctx),
         f"Overall accuracy: {percent(s['accuracy'])} over {int(s['n_labelled'])} labelled reviews",
     ]
     title = f"Top {ctx.k} important words across all samples ({ctx.main_method}, layer {ctx.last_layer})"
@@ -137,6 +142,8 @@ def per_class(ctx: Context) -> Section | None:
 
 
 def contrast(ctx: Context) -> Section | None:
+    if not ctx.binary:
+        return None  # classes 0 and 1 of a k-class model are no opposites; per_class shows each class
     frame = ctx.query("report_contrast", method=ctx.main_method, layer=ctx.last_layer, k=ctx.k, **ctx.word_params())
     if frame.empty:
         return None  # one predicted class only, or no word common to both
@@ -155,7 +162,7 @@ def _example_title(ctx: Context, example) -> str:
     verdict = "correct" if example.correct else "wrong"
     return (
         f"Review {example.doc_id}: true {ctx.label(example.label)}, predicted {ctx.label(example.pred)} "
-        f"({verdict}, P({ctx.label(1)})={number(example.prob_pos, '.2f')})"
+        f"({verdict}, P({ctx.label(example.pred)})={number(example.confidence, '.2f')})"
     )
 
 

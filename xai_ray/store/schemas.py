@@ -11,8 +11,8 @@ DOCS = pa.schema(
         ("doc_id", pa.string()),
         ("label", pa.int64()),
         ("pred", pa.int64()),
-        ("prob_pos", pa.float32()),
-        ("probs", pa.list_(pa.float32())),
+        ("prob_pos", pa.float32()),  # P(class 1) of a two-class model, null with more classes
+        ("probs", pa.list_(pa.float32())),  # every class's probability, in class-index order
         ("n_tokens", pa.int32()),
         ("n_words", pa.int32()),
         ("truncated", pa.bool_()),

@@ -168,7 +168,8 @@ class RunWriter:
                     "doc_id": [r["doc_id"] for r in scored],
                     "label": [r["label"] for r in scored],
                     "pred": [r["pred"] for r in scored],
-                    "prob_pos": [r["probs"][1] if len(r["probs"]) > 1 else None for r in scored],
+                    # P(class 1) of a two-class model; with more classes no class is "the positive" one
+                    "prob_pos": [r["probs"][1] if len(r["probs"]) == 2 else None for r in scored],
                     "probs": [r["probs"] for r in scored],
                     "n_tokens": [r["n_tokens"] for r in scored],
                     "n_words": [len(r["words"]) for r in scored],
