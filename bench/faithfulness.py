@@ -132,13 +132,13 @@ def main() -> None:
 
 def cost_lines(actor: dict, methods, docs: int) -> list[str]:
     """Each method's actor seconds per review (its math plus the pass it reads) over the forward's."""
-    from xai_ray.methods import REGISTRY
+    from xai_ray.scoring.gradient_pass import pass_seconds_key
 
     forward = actor.get("forward", 0.0) / max(docs, 1)
     lines = [f"capture forward: {1000 * forward:.1f} ms per review", "", "| method | ms per review | x forward |"]
     lines.append("|---|---:|---:|")
     for method in methods:
-        spent = (actor.get(method, 0.0) + actor.get(f"{REGISTRY[method].needs} pass", 0.0)) / max(docs, 1)
+        spent = (actor.get(method, 0.0) + actor.get(pass_seconds_key(method), 0.0)) / max(docs, 1)
         lines.append(f"| {method} | {1000 * spent:.1f} | {spent / max(forward, 1e-12):.2f} |")
     return lines
 

@@ -4,8 +4,8 @@ what each method cost per review.
 
 Rows come from ``sql/report_leaderboard.sql`` (any method name, layered or not; a layered
 method's best and last layer); costs from the manifest's ``timings.actor_seconds``, which the
-scoring actors fill per method under the method's own name (and the evaluation's input x
-gradient under ``gradient``). Nothing here knows the list of methods, so methods added later
+scoring actors fill per method under the method's own name, plus the backward pass a gradient
+method reads (``scoring.gradient_pass``), and the evaluation's input x gradient under ``gradient``. Nothing here knows the list of methods, so methods added later
 rank as they come.
 """
 
@@ -17,6 +17,7 @@ import pandas as pd
 
 from xai_ray.report.blocks import number
 from xai_ray.scoring.faithfulness import GRADIENT, RANDOM
+from xai_ray.scoring.gradient_pass import pass_seconds_key
 
 METRIC = "comprehensiveness_aopc"
 PARAMS = {"metric": METRIC, "floor": RANDOM}
@@ -40,7 +41,7 @@ def board_with_costs(board: pd.DataFrame, manifest: dict, n_docs: int) -> pd.Dat
 
     def seconds(method: str) -> float | None:
         if method in spent and scored:
-            return spent[method] / scored
+            return (spent[method] + spent.get(pass_seconds_key(method), 0.0)) / scored
         alias = TIMED_AS.get(method)
         if alias in spent and evaluated_now:
             return spent[alias] / evaluated_now

@@ -17,9 +17,21 @@ from __future__ import annotations
 import time
 
 from xai_ray.config import resolve_target
-from xai_ray.methods.base import ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS
+from xai_ray.methods.base import ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS, REGISTRY
 from xai_ray.methods.integrated_gradients import completeness_error
 from xai_ray.model.gradients import rows_per_backward
+
+
+def seconds_key(needs: str) -> str:
+    """Where a pass's actor seconds go in a row's ``seconds`` (and the manifest's ``actor_seconds``)."""
+    return f"{needs} pass"
+
+
+def pass_seconds_key(method: str) -> str | None:
+    """The ``seconds_key`` of the backward pass a stored method reads (None: it reads none). A pass
+    shared by two methods (grad_rollout, attn_x_grad) counts in full for each: either alone costs it."""
+    needs = REGISTRY[method].needs if method in REGISTRY else None
+    return seconds_key(needs) if needs in (ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS) else None
 
 
 class GradientPasses:
@@ -65,17 +77,15 @@ class GradientPasses:
                 weighted = weighted.cpu().numpy()
                 for j, r in enumerate(rows):
                     captured[r][ATTENTION_GRADIENTS] = weighted[j, :, : lengths[r], : lengths[r]]
-                seconds[f"{ATTENTION_GRADIENTS} pass"] = seconds.get(f"{ATTENTION_GRADIENTS} pass", 0.0) + (
-                    time.perf_counter() - started
-                )
+                key = seconds_key(ATTENTION_GRADIENTS)
+                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
             if INPUT_GRADIENTS in self.needs:
                 started = time.perf_counter()
                 scores, _ = input_x_gradient(self.model, chunk["input_ids"], chunk["attention_mask"], chosen)
                 for j, r in enumerate(rows):
                     captured[r][INPUT_GRADIENTS] = scores[j, : lengths[r]]
-                seconds[f"{INPUT_GRADIENTS} pass"] = seconds.get(f"{INPUT_GRADIENTS} pass", 0.0) + (
-                    time.perf_counter() - started
-                )
+                key = seconds_key(INPUT_GRADIENTS)
+                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
             if INTEGRATED_GRADIENTS in self.needs:
                 started = time.perf_counter()
                 found, f_input, f_baseline = integrated_gradients(
@@ -90,9 +100,8 @@ class GradientPasses:
                     captured[r][INTEGRATED_GRADIENTS] = found[j, : lengths[r]]
                     captured[r]["ig_delta"] = float(f_input[j] - f_baseline[j])
                     captured[r]["ig_completeness_error"] = completeness_error(found[j], f_input[j], f_baseline[j])
-                seconds[f"{INTEGRATED_GRADIENTS} pass"] = seconds.get(f"{INTEGRATED_GRADIENTS} pass", 0.0) + (
-                    time.perf_counter() - started
-                )
+                key = seconds_key(INTEGRATED_GRADIENTS)
+                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
         return captured, seconds
 
     def _chunks(self, lengths: list[int]) -> list[list[int]]:
