@@ -269,6 +269,8 @@ def test_scorer_rows_are_the_same_alone_and_in_a_batch(scorer_factory, family):
                 np.asarray(alone[f"scores_{method}"]), together[str(i)][f"scores_{method}"], rtol=1e-4, atol=1e-6
             )
         assert alone["target"] == together[str(i)]["target"] == alone["pred"]
+        words = np.asarray(alone["word_scores_input_x_gradient"], dtype=np.float64).reshape(alone["n_layers"], -1)
+        assert np.isnan(words[:-1]).all() and np.abs(words[-1]).sum() == pytest.approx(1.0, abs=1e-5)
 
 
 def test_a_review_that_fits_one_window_scores_as_without_windows(scorer_factory):
