@@ -17,7 +17,13 @@ from __future__ import annotations
 import time
 
 from xai_ray.config import resolve_target
-from xai_ray.methods.base import ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS, REGISTRY
+from xai_ray.methods.base import (
+    ATTENTION_GRADIENTS,
+    GRADIENT_NEEDS,
+    INPUT_GRADIENTS,
+    INTEGRATED_GRADIENTS,
+    REGISTRY,
+)
 from xai_ray.methods.integrated_gradients import completeness_error
 from xai_ray.model.gradients import rows_per_backward
 
@@ -31,7 +37,7 @@ def pass_seconds_key(method: str) -> str | None:
     """The ``seconds_key`` of the backward pass a stored method reads (None: it reads none). A pass
     shared by two methods (grad_rollout, attn_x_grad) counts in full for each: either alone costs it."""
     needs = REGISTRY[method].needs if method in REGISTRY else None
-    return seconds_key(needs) if needs in (ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS) else None
+    return seconds_key(needs) if needs in GRADIENT_NEEDS else None
 
 
 class GradientPasses:
@@ -39,7 +45,7 @@ class GradientPasses:
 
     def __init__(self, model, methods: dict, target, labels: dict, ig_steps: int, token_budget: int) -> None:
         self.model, self.ig_steps, self.token_budget = model, int(ig_steps), int(token_budget)
-        self.needs = {m.needs for m in methods.values()} & {ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS}
+        self.needs = {m.needs for m in methods.values()} & set(GRADIENT_NEEDS)
         self.target = resolve_target(target, labels) if self.needs else None
 
     def __bool__(self) -> bool:
