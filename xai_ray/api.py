@@ -4,6 +4,8 @@ Each call goes through what the command line runs (``config.resolve`` -> ``pipel
 ``query.open_store``; ``report.explain.explain_page``; the report's own section
 builders), so a notebook and ``xai-ray run`` publish the same runs into the same stores. Results
 come back as pandas DataFrames and as objects that render themselves inline (``_repr_html_``).
+
+Over 300 lines on purpose: the whole notebook API in one file, readable in one sitting.
 """
 
 from __future__ import annotations

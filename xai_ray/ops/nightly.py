@@ -16,6 +16,8 @@ Each night the job
 
 Documents that failed (the ``errors`` table) are tried again the next night. A store URI
 (``s3://...``) works through its local mirror (``xai_ray.store.remote``).
+
+Over 300 lines: the nightly job reads top to bottom as the numbered steps above.
 """
 
 from __future__ import annotations

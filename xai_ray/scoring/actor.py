@@ -4,6 +4,9 @@ Rows (``xai_ray.scoring.rows``) carry the prediction, tokens, words and every me
 scores; a document that cannot be scored becomes an ``error`` row and the rest of the batch is
 kept. The same class runs inside Ray Data actors and directly in a notebook or test: it knows
 nothing of Ray. Methods that would stall a GPU run after it (``xai_ray.scoring.deferred``).
+
+Over 300 lines: the actor's one batch loop with its fallbacks (out-of-memory halving, one
+document at a time) and the windowed and gradient paths that share them.
 """
 
 from __future__ import annotations

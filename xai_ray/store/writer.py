@@ -5,6 +5,9 @@ so each part holds large row groups rather than many small ones. Parts are commi
 they fill (see ``staging``), so a killed run resumes where it stopped. A run appears under
 ``runs/`` by one directory rename, after its manifest is written: readers see all of it or none.
 Where the files go is ``layout``'s business; what their columns are, ``schemas``'.
+
+Over 300 lines: one writer owns the exactly-once commit of every table; split, that invariant
+would be split too.
 """
 
 from __future__ import annotations

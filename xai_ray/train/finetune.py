@@ -7,6 +7,9 @@ over ``workers``, bf16 autocast on GPU, AdamW with linear warmup/decay, gradient
 interruption resumes from the latest one (Ray Train V2 restores a run from its ``RunConfig(name,
 storage_path)``). At the end ``OUT`` is a Hugging Face model folder (safetensors, tokenizer,
 id2label) that ``xai-ray run --model OUT`` loads, plus ``metrics.json`` and ``heldout_ids.txt``.
+
+Over 300 lines: the driver's whole job in order (storage and resume check, the Ray Train fit,
+the model and metrics written); its settings, examples and batches live in their own modules.
 """
 
 from __future__ import annotations
