@@ -4,11 +4,17 @@ Runs the real pipeline (Ray actors, ``--evaluate``) on N IMDB reviews with a giv
 prints, from the store's faithfulness view and the report's bootstrap: per method (attention
 methods at every layer, input x gradient, the random floor) the mean and 95% bootstrap interval
 of each headline metric, and the evaluation's seconds per document (actor seconds of the
-gradient and evaluation stages from the manifest, and the run's wall time).
+gradient and evaluation stages from the manifest, and the run's wall time); then the report's
+leaderboard (every method's best and last layer by comprehensiveness AOPC, normal 95% intervals,
+the paired gain over random, actor-seconds per review and that over the capture forward's).
 
 Usage (Ray needs the loopback namespace here):
   bash scripts/loopback.sh .venv/bin/python bench/faithfulness.py --n 100 --max-length 128 \
-      [--model models/minilm-imdb] [--methods raw,rollout,flow] [--out table.md]
+      [--model models/minilm-imdb] [--methods raw,rollout,flow] [--ig-steps 20] [--out table.md]
+
+Also prints each method's scoring cost per review relative to the capture forward (the actor
+seconds of its own array math plus the backward pass it reads, which grad_rollout and
+attn_x_grad share), and integrated gradients' completeness error over the reviews.
 
 --model defaults to the packaged MiniLM; a fine-tuned folder (`xai-ray finetune --out DIR`) is
 evaluated on its own held-out reviews (heldout_ids.txt).
@@ -27,8 +33,10 @@ import pandas as pd
 
 from xai_ray import pipeline
 from xai_ray.config import resolve
+from xai_ray.query.bootstrap import bootstrap
 from xai_ray.query.connection import open_store, run_named
-from xai_ray.report.faithfulness import HEADLINE, bootstrap, order_methods
+from xai_ray.report import leaderboard
+from xai_ray.report.faithfulness import HEADLINE, order_methods
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 
@@ -56,6 +64,7 @@ def main() -> None:
     parser.add_argument("--methods", default="raw,rollout,flow")
     parser.add_argument("--actors", type=int, default=1)
     parser.add_argument("--cpus-per-actor", type=float, default=2)
+    parser.add_argument("--ig-steps", type=int, default=20)
     parser.add_argument("--store", help="default: a temporary folder")
     parser.add_argument("--out", help="also write the table as Markdown here")
     args = parser.parse_args()
@@ -75,7 +84,7 @@ def main() -> None:
             "report": False,
             "evaluate": True,
         },
-        [f"cpus_per_actor={args.cpus_per_actor}", "batch_size=16"],
+        [f"cpus_per_actor={args.cpus_per_actor}", "batch_size=16", f"ig_steps={args.ig_steps}"],
     )
     started = time.perf_counter()
     result = pipeline.run(cfg)
@@ -108,6 +117,8 @@ def main() -> None:
                 for m in HEADLINE
             ]
             lines.append(f"| {method} | {'' if layer is None else int(layer)} | " + " | ".join(row) + " |")
+    lines += ["", *leaderboard_lines(con, result.run_id, result.manifest)]
+    lines += ["", *cost_lines(actor, cfg.methods, docs), *completeness_lines(con, result.run_id)]
     text = "\n".join(lines)
     print(text)
     print(
@@ -117,6 +128,57 @@ def main() -> None:
     )
     if args.out:
         Path(args.out).write_text(text + "\n")
+
+
+def cost_lines(actor: dict, methods, docs: int) -> list[str]:
+    """Each method's actor seconds per review (its math plus the pass it reads) over the forward's."""
+    from xai_ray.scoring.gradient_pass import pass_seconds_key
+
+    forward = actor.get("forward", 0.0) / max(docs, 1)
+    lines = [f"capture forward: {1000 * forward:.1f} ms per review", "", "| method | ms per review | x forward |"]
+    lines.append("|---|---:|---:|")
+    for method in methods:
+        spent = (actor.get(method, 0.0) + actor.get(pass_seconds_key(method), 0.0)) / max(docs, 1)
+        lines.append(f"| {method} | {1000 * spent:.1f} | {spent / max(forward, 1e-12):.2f} |")
+    return lines
+
+
+def completeness_lines(con, run_id: str) -> list[str]:
+    """Integrated gradients' completeness error over the run's reviews (when it ran)."""
+    found = con.execute(
+        "select ig_completeness_error as error, abs(ig_delta) as delta from docs"
+        " where run_id = $r and ig_completeness_error is not null",
+        {"r": run_id},
+    ).df()
+    if found.empty:
+        return []
+    relative = found.error / found.delta.clip(lower=1e-12)
+    return [
+        "",
+        f"integrated gradients completeness |sum - (f(x) - f(baseline))|, f = log p_target, over {len(found)} reviews: "
+        f"median {found.error.median():.4f}, 95th percentile {found.error.quantile(0.95):.4f}, max {found.error.max():.4f}; "
+        f"relative to |f(x) - f(baseline)|: median {relative.median():.2%}, 95th percentile {relative.quantile(0.95):.2%}",
+    ]
+
+
+def leaderboard_lines(con, run_id: str, manifest: dict) -> list[str]:
+    """The report's leaderboard as a Markdown table."""
+    board = run_named(con, "report_leaderboard", run_id=run_id, **leaderboard.PARAMS)
+    n_docs = con.execute("select count(*) from docs where run_id = $r", {"r": run_id}).fetchone()[0]
+    board = leaderboard.board_with_costs(board, manifest, n_docs)
+    forward = board.attrs.get("forward_seconds")
+    lines = [
+        f"leaderboard: comprehensiveness AOPC, normal 95% intervals; capture forward {forward or 0:.4f} s per review",
+        "",
+        "| rank | method | AOPC [95% CI] | minus random [95% CI] | s per review | x forward |",
+        "|---:|---|---|---|---:|---:|",
+    ]
+    for r in board.itertuples():
+        gain = "" if pd.isna(r.gain) else f"{r.gain:+.3f} [{r.gain_lo:+.3f}, {r.gain_hi:+.3f}]"
+        cost = "" if pd.isna(r.seconds) else f"{r.seconds:.4f}"
+        ratio = "" if pd.isna(r.x_forward) else f"{r.x_forward:.2f}"
+        lines.append(f"| {r.rank} | {r.entry} | {r.mean:.3f} [{r.lo:.3f}, {r.hi:.3f}] | {gain} | {cost} | {ratio} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from xai_ray.report.page import build_report, keep_aggregates
+from xai_ray.report.aggregates import keep_aggregates
+from xai_ray.report.page import build_report
 from xai_ray.store import layout, schemas
 from xai_ray.store.writer import ROW_GROUP_ROWS
 

@@ -130,12 +130,16 @@ def build_bpe_tokenizer():
     )
 
 
-def build_tiny_model(family: str, seed: int = 0):
+THREE_CLASSES = {0: "negative", 1: "neutral", 2: "positive"}
+
+
+def build_tiny_model(family: str, seed: int = 0, classes: int = 2):
     """(model, tokenizer) of a tiny seeded random classifier with eager attention and 64 positions.
 
     BERT: 2 layers x 2 heads, hidden 16; DistilBERT: 3 x 4, hidden 16; RoBERTa: 3 x 3, hidden 24.
     ``initializer_range=0.5`` makes attention peaked instead of near-uniform, so a padding leak or
-    a wrong reduction shows up clearly in the scores.
+    a wrong reduction shows up clearly in the scores. ``classes=3``: a head of three named classes
+    (``THREE_CLASSES``); two classes keep transformers' LABEL_i placeholders.
     """
     import torch
     from transformers import (
@@ -149,6 +153,11 @@ def build_tiny_model(family: str, seed: int = 0):
     )
 
     torch.manual_seed(seed)
+    labels = (
+        {"num_labels": 2}
+        if classes == 2
+        else {"id2label": THREE_CLASSES, "label2id": {v: k for k, v in THREE_CLASSES.items()}}
+    )
     if family == "bert":
         tokenizer = build_wordpiece_tokenizer()
         config = BertConfig(
@@ -158,7 +167,7 @@ def build_tiny_model(family: str, seed: int = 0):
             num_attention_heads=2,
             intermediate_size=32,
             max_position_embeddings=64,
-            num_labels=2,
+            **labels,
             pad_token_id=tokenizer.pad_token_id,
             initializer_range=0.5,
             attn_implementation="eager",
@@ -173,7 +182,7 @@ def build_tiny_model(family: str, seed: int = 0):
             n_heads=4,
             hidden_dim=32,
             max_position_embeddings=64,
-            num_labels=2,
+            **labels,
             pad_token_id=tokenizer.pad_token_id,
             initializer_range=0.5,
             attn_implementation="eager",
@@ -188,7 +197,7 @@ def build_tiny_model(family: str, seed: int = 0):
             num_attention_heads=3,
             intermediate_size=32,
             max_position_embeddings=64,
-            num_labels=2,
+            **labels,
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=tokenizer.eos_token_id,
@@ -200,6 +209,18 @@ def build_tiny_model(family: str, seed: int = 0):
         raise ValueError(family)
     model.eval()
     return model, tokenizer
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests run where CUDA is present and are skipped, with the reason, everywhere else."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -214,17 +235,18 @@ def bpe_tokenizer():
 
 @pytest.fixture(scope="session")
 def tiny_model_factory(tmp_path_factory):
-    """``factory(family) -> folder`` holding safetensors weights and the tokenizer; built once per family."""
-    built: dict[str, str] = {}
+    """``factory(family, classes=2) -> folder`` holding safetensors weights and the tokenizer; built
+    once per family and class count."""
+    built: dict[tuple, str] = {}
 
-    def factory(family: str) -> str:
-        if family not in built:
-            model, tokenizer = build_tiny_model(family)
-            folder = tmp_path_factory.mktemp(f"tiny-{family}")
+    def factory(family: str, classes: int = 2) -> str:
+        if (family, classes) not in built:
+            model, tokenizer = build_tiny_model(family, classes=classes)
+            folder = tmp_path_factory.mktemp(f"tiny-{family}-{classes}")
             model.save_pretrained(folder, safe_serialization=True)
             tokenizer.save_pretrained(folder)
-            built[family] = str(folder)
-        return built[family]
+            built[family, classes] = str(folder)
+        return built[family, classes]
 
     return factory
 

@@ -58,7 +58,7 @@ def test_screening_quarantines_bad_rows_and_keeps_the_first_duplicate():
     assert reasons["j"] == "text is list, not a string"
     assert reasons["row-6"].startswith("doc_id is missing")
     assert "not valid UTF-8" in reasons["f"] and "character 4" in reasons["f"]
-    assert reasons["g"].startswith("label 7 is not one of the model's classes (0, 1)")
+    assert reasons["g"].startswith("label 7 is not one of the model's classes (0: negative, 1: positive)")
     assert reasons["h"].startswith("label -1 is not one")
     dup = rejected[rejected.doc_id == "a"].reason.tolist()
     assert dup == ["duplicate doc_id: row 5 repeats the id of row 0, which is kept"]
@@ -133,7 +133,10 @@ def test_job_level_problems_are_one_sentence_and_exit_2(tmp_path, tiny_bert_dir,
         (["--data", str(corpus_csv)], "no text column 'text' (columns: id, review, label)"),
         (["--data", str(good), "--methods", "raw,rolout"], "unknown method 'rolout'"),
         (["--data", str(good), "--model", str(tmp_path / "gpt2")], "not an encoder classifier"),
-        (["--data", str(good), "--model", str(tmp_path / "resnet")], "has type 'resnet'; supported encoder families"),
+        (
+            ["--data", str(good), "--model", str(tmp_path / "resnet")],
+            "has type 'resnet', which has no text-classification model",
+        ),
         (["--data", str(good), "--model", str(remote)], "ships its own code"),
         (["--data", str(good), "--run-id", "../escape"], "run_id '../escape' may hold only"),
         (["--resume", "nothing-here"], "has no unfinished run 'nothing-here'"),

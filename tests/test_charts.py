@@ -263,6 +263,17 @@ def test_examples_pick_one_correct_and_one_wrong_per_label(tiny_store):
     ]
     confident = run_named(con, "report_examples", run_id="r1", min_tokens=20, pick="confident")
     assert confident.doc_id.tolist() == ["d5", "d2", "d3"]
+    # the predicted class's probability: d5 predicted 1 at .99, d2 predicted 0 at 1 - .2, d3 1 at .55
+    assert confident.confidence.tolist() == pytest.approx([0.99, 0.8, 0.55])
+
+
+def test_class_summary_counts_and_mean_probability_per_class(tiny_store):
+    con = open_store(tiny_store)
+    got = run_named(con, "class_summary", run_id="r1")
+    # P(1) of d1..d6: .9 .2 .55 .45 .99 .3; predicted 1: d1 d3 d5; labelled 1: d1 d4 d5; both: d1 d5
+    p1 = (0.9 + 0.2 + 0.55 + 0.45 + 0.99 + 0.3) / 6
+    assert rows(got, ["class", "predicted", "labelled", "correct"]) == [(0, 3, 2, 1), (1, 3, 3, 2)]
+    assert got.mean_prob.tolist() == pytest.approx([1 - p1, p1])
 
 
 # --------------------------------------------------------------------------- charts
@@ -402,4 +413,25 @@ def test_confusion_names_the_classes():
     assert spec["title"] == "Confusion matrix"
     assert fields(spec)["x"] == ("predicted", "nominal") and fields(spec)["y"] == ("true", "nominal")
     data = next(iter(spec["datasets"].values()))
-    assert {(row["true"], row["predicted"]) for row in data} == {("negative", "positive"), ("positive", "positive")}
+    cells = {(row["true"], row["predicted"]): row["documents"] for row in data}
+    assert cells == {  # every cell of the 2 x 2, the empty ones drawn as 0
+        ("negative", "negative"): 0,
+        ("negative", "positive"): 2,
+        ("positive", "negative"): 0,
+        ("positive", "positive"): 3,
+    }
+
+
+def test_confusion_is_k_by_k_in_class_order():
+    labels = {0: "sad", 1: "neutral", 2: "happy"}
+    counts = pd.DataFrame({"label": [0, 2, 2], "pred": [1, 2, 0], "documents": [4, 5, 1]})
+    spec = charts.confusion(counts, labels).to_dict()
+    data = next(iter(spec["datasets"].values()))
+    assert len(data) == 9 and sum(row["documents"] for row in data) == 10
+    assert {(row["true"], row["predicted"]): row["documents"] for row in data if row["documents"]} == {
+        ("sad", "neutral"): 4,
+        ("happy", "happy"): 5,
+        ("happy", "sad"): 1,
+    }
+    x, y = encoding(spec)["x"], encoding(spec)["y"]
+    assert x["sort"] == y["sort"] == ["sad", "neutral", "happy"]  # class-index order, not alphabetical

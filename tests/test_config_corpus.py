@@ -153,7 +153,7 @@ def test_decoder_and_pickle_only_models_are_refused(tmp_path):
     from transformers import GPT2Config
 
     GPT2Config(n_layer=1, n_head=1, n_embd=8).save_pretrained(tmp_path / "gpt2")
-    with pytest.raises(ModelError, match="not an encoder classifier|supported encoder"):
+    with pytest.raises(ModelError, match="not an encoder classifier"):
         load_model(str(tmp_path / "gpt2"))
     from transformers import BertConfig
 

@@ -69,24 +69,26 @@ def test_parquet_integer_ids_with_a_null_stay_integers(tmp_path):
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
 def test_labels_that_are_not_classes_go_to_errors_with_the_label(tmp_path, kind):
-    labels = ["1", "1.5", "pos", "true", "", "7", " 0 ", "-1"]
+    labels = ["1", "1.5", "pos", "true", "", "7", " 0 ", "-1", "positive", " Negative "]
     if kind == "csv":
         source = tmp_path / "c.csv"
         source.write_text("id,text,label\n" + "".join(f"d{i},text {i},{v}\n" for i, v in enumerate(labels)))
     else:  # JSON values of every kind: numbers, strings, booleans, null
         source = tmp_path / "c.jsonl"
-        values = ["1", "1.5", '"pos"', "true", "null", "7", '" 0 "', "-1"]
+        values = ["1", "1.5", '"pos"', "true", "null", "7", '" 0 "', "-1", '"positive"', '" Negative "']
         source.write_text(
             "".join(f'{{"id": "d{i}", "text": "text {i}", "label": {v}}}\n' for i, v in enumerate(values))
         )
     kept, reasons, rejected = _screened(source)
-    assert kept.doc_id.tolist() == ["d0", "d4", "d6"]
-    assert kept.label.tolist()[0] == 1 and pd.isna(kept.label.iloc[1]) and kept.label.tolist()[2] == 0
-    classes = "(the model's classes are 0, 1); use --set label_column=none to score without labels"
-    assert reasons["d1"] == f"label '1.5' is not a class number {classes}"
-    assert reasons["d2"] == f"label 'pos' is not a class number {classes}"
-    assert reasons["d3"] == f"label 'true' is not a class number {classes}"
-    assert reasons["d5"].startswith("label 7 is not one of the model's classes (0, 1)")
+    # a label names a class by its index or by the model's name for it (case aside, when unambiguous)
+    assert kept.doc_id.tolist() == ["d0", "d4", "d6", "d8", "d9"]
+    assert kept.label.tolist()[0] == 1 and pd.isna(kept.label.iloc[1]) and kept.label.tolist()[2:] == [0, 1, 0]
+    classes = "(0: negative, 1: positive); use --set label_column=none to score without labels"
+    named = "is not a class number nor one of the model's class names"
+    assert reasons["d1"] == f"label '1.5' {named} {classes}"
+    assert reasons["d2"] == f"label 'pos' {named} {classes}"
+    assert reasons["d3"] == f"label 'true' {named} {classes}"
+    assert reasons["d5"] == f"label 7 is not one of the model's classes {classes}"
     assert reasons["d7"].startswith("label -1 is not one of the model's classes")
     assert set(rejected.stage) == {"read"}
 

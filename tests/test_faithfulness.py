@@ -16,7 +16,7 @@ import pytest
 from conftest import build_wordpiece_tokenizer
 
 from xai_ray.config import ConfigError, resolve
-from xai_ray.report.page import load_definition
+from xai_ray.report.definition import load_definition
 from xai_ray.scoring import faithfulness as fm
 from xai_ray.scoring.actor import Scorer
 
@@ -469,8 +469,8 @@ def test_evaluating_a_published_run_later_gives_the_same_metrics(evaluated_store
 @pytest.mark.ray
 @pytest.mark.slow
 def test_report_section_from_the_evaluated_run(evaluated_store):
+    from xai_ray.query.bootstrap import bootstrap
     from xai_ray.query.connection import open_store, run_named
-    from xai_ray.report.faithfulness import bootstrap
     from xai_ray.report.page import build_report
 
     page = (build_report(evaluated_store, "ev", evaluated_store.parent / "r.html")).read_text()
@@ -542,5 +542,9 @@ def test_faithfulness_section_renders_in_headless_chromium(evaluated_store, tmp_
     assert console == [], console
     section = dom.stdout.split('<section id="faithfulness">')[1].split("</section>")[0]
     charts = re.split(r'<div class="chart[^"]*" id="chart-\d+"', section)[1:]
-    assert len(charts) == 2 and all("<svg" in chart and "<path" in chart for chart in charts)
-    assert '<table class="faithfulness">' in section and section.count("<tr") == 1 + 3 * 2 + 2
+    assert len(charts) == 3 and all("<svg" in chart and "<path" in chart for chart in charts)  # leaderboard first
+    table = section.split('<table class="faithfulness">')[1].split("</table>")[0]
+    assert table.count("<tr") == 1 + 3 * 2 + 2
+    board = section.split('<table class="faithfulness leaderboard">')[1].split("</table>")[0]
+    for method in ("raw", "rollout", "flow", "input_x_gradient", "random"):
+        assert f"<td>{method}" in board

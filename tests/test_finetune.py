@@ -17,8 +17,10 @@ from xai_ray import cli
 from xai_ray.config import ConfigError
 from xai_ray.data.corpus import read_corpus
 from xai_ray.model.loading import ModelError
-from xai_ray.train.finetune import FinetuneError, encode, fingerprint_rows, resolve, run_finetune, split_rows
-from xai_ray.train.loop import plan_batches
+from xai_ray.train.batches import plan_batches
+from xai_ray.train.examples import FinetuneError, encode, fingerprint_rows, split_rows
+from xai_ray.train.finetune import run_finetune
+from xai_ray.train.settings import resolve
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
 # The learning run: 600 seeded reviews, 480 to train and 120 held out, 128 tokens, 1 epoch (~50 s on 2 CPUs).

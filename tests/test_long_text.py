@@ -153,7 +153,7 @@ def test_window_equals_plain_scoring_when_the_review_fits_one_window(family, tin
 
 
 def test_head_tail_feeds_the_model_what_finetune_trains_on(bert):
-    from xai_ray.train.finetune import encode
+    from xai_ray.train.examples import encode
 
     folder, _, tokenizer = bert
     text = long_review(tokenizer, 300, seed=1)

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -21,8 +22,10 @@ from xai_ray import cli, pipeline
 from xai_ray.config import ConfigError, resolve
 from xai_ray.data.corpus import read_corpus
 from xai_ray.query.connection import open_store
-from xai_ray.report.page import DEFAULT_DEFINITION, DEFAULTS, build_report, export_charts, load_definition
-from xai_ray.report.sections import has_relation, highlight_html
+from xai_ray.report.context import has_relation
+from xai_ray.report.definition import DEFAULT_DEFINITION, DEFAULTS, load_definition
+from xai_ray.report.page import build_report, export_charts
+from xai_ray.report.sections import highlight_html
 from xai_ray.scoring.actor import Scorer
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
@@ -266,7 +269,7 @@ def test_aggregate_stage_keeps_what_the_report_reads(report_file):
     """The pipeline's aggregate stage keeps the corpus-wide queries beside the run; the report
     then reads them instead of scanning, and the page it builds is the same."""
     from xai_ray.query.connection import open_store, run_named
-    from xai_ray.report.page import keep_aggregates
+    from xai_ray.report.aggregates import keep_aggregates
     from xai_ray.store.aggregates import read_aggregate
 
     store = report_file.parent / "store"
@@ -286,3 +289,33 @@ def test_aggregate_stage_keeps_what_the_report_reads(report_file):
 
 def _charts_json(page: str) -> list[str]:
     return re.findall(r"vegaEmbed\('#chart-\d+', (.*?), \{", page)
+
+
+def test_the_aggregate_plan_is_what_the_sections_read(report_file):
+    """The plan is data derived from the definition; it must name exactly the kept queries (and
+    parameters) that building the sections asks for, so the report never rescans a run."""
+    from xai_ray.report.aggregates import planned
+    from xai_ray.report.context import KEPT, context
+    from xai_ray.report.definition import load_definition
+    from xai_ray.report.page import build_sections
+
+    store = report_file.parent / "store"
+    ctx = context(store, "r1", load_definition(), None)
+    ctx.store = None  # compute everything from the views: the cache then records every query asked
+    build_sections(ctx)
+    asked = {(name, params) for name, params in ctx.cache if name in KEPT}
+    plan = {
+        (name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())))
+        for name, params in planned(ctx)
+    }
+    assert plan == asked and len(plan) == 3
+
+
+def test_keeping_aggregates_imports_no_chart_library(report_file):
+    code = (
+        "import sys; from xai_ray.report.aggregates import keep_aggregates; "
+        f"kept = keep_aggregates({str(report_file.parent / 'store')!r}, 'r1'); "
+        "assert kept, 'nothing kept'; "
+        "assert 'altair' not in sys.modules and 'xai_ray.report.charts' not in sys.modules, sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,9 +12,11 @@ import pytest
 from xai_ray import pipeline
 from xai_ray.config import resolve
 from xai_ray.methods.head_summary import STATISTICS
+from xai_ray.report.blocks import Fragment
+from xai_ray.report.context import context
+from xai_ray.report.definition import DEFAULTS
 from xai_ray.report.heads import heads
-from xai_ray.report.page import DEFAULTS, build_report, context
-from xai_ray.report.sections import Fragment
+from xai_ray.report.page import build_report
 from xai_ray.scoring.actor import Scorer
 
 TEXTS = [

@@ -94,7 +94,8 @@ def test_a_word_with_the_same_relative_weight_ranks_level_in_short_and_long_revi
 
 def test_a_word_seen_in_one_document_never_enters_the_default_topk(tmp_path):
     from xai_ray.pipeline import aggregate
-    from xai_ray.report.page import DEFAULTS, context
+    from xai_ray.report.context import context
+    from xai_ray.report.definition import DEFAULTS
 
     # Given 30 reviews where "once" takes 90% of one review's score and "film" 30% of every review ...
     rows = [doc_row("d0", ["once", "film", "x"], [0.9, 0.05, 0.05])]

@@ -4,6 +4,8 @@ Each call goes through what the command line runs (``config.resolve`` -> ``pipel
 ``query.open_store``; ``report.explain.explain_page``; the report's own section
 builders), so a notebook and ``xai-ray run`` publish the same runs into the same stores. Results
 come back as pandas DataFrames and as objects that render themselves inline (``_repr_html_``).
+
+Over 300 lines on purpose: the whole notebook API in one file, readable in one sitting.
 """
 
 from __future__ import annotations
@@ -199,8 +201,10 @@ def report_chart(
     Sections with several charts come back stacked (``alt.vconcat``)."""
     import altair as alt
 
-    from xai_ray.report.page import BUILDERS, context, load_definition
-    from xai_ray.report.sections import Fragment
+    from xai_ray.report.blocks import Fragment
+    from xai_ray.report.context import context
+    from xai_ray.report.definition import load_definition
+    from xai_ray.report.sections import BUILDERS
     from xai_ray.store import remote
 
     if name not in BUILDERS:

@@ -2,6 +2,8 @@
 
 Precedence (lowest first): dataclass defaults < YAML file < command-line flags < ``--set key=value``.
 The resolved config is written beside every run's outputs.
+
+Over 300 lines: every run key's default, check and one-sentence error sit together.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class RunConfig(CorpusSource):
     head_fusion: str = "mean"
     discard_ratio: float = 0.0
     start_layer: int = 1
+    # class-specific methods (grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients)
+    target: str | int = "pred"  # the class they explain: pred, label, a class index or one of the model's label names
+    ig_steps: int = 20  # integrated_gradients: points of the midpoint rule along the path
     # per-head statistics (xai_ray.methods.heads): the `heads` and `head_similarity` tables
     heads: bool = True
     heads_sample: int = 64  # documents whose heads are compared pairwise (Jensen-Shannon); 0: none
@@ -103,7 +108,16 @@ class RunConfig(CorpusSource):
         _check_choice("head_fusion", self.head_fusion, HEAD_FUSIONS)
         if not 0.0 <= self.discard_ratio < 1.0:
             raise ConfigError(f"discard_ratio must be in [0, 1), got {self.discard_ratio}")
-        for name in ("max_length", "batch_size", "start_layer", "top_k", "max_tokens_per_batch", "part_rows"):
+        check_target(self.target)
+        for name in (
+            "max_length",
+            "batch_size",
+            "start_layer",
+            "top_k",
+            "max_tokens_per_batch",
+            "part_rows",
+            "ig_steps",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_length < 3:
@@ -167,6 +181,40 @@ class RunConfig(CorpusSource):
             "discard_ratio": self.discard_ratio,
             "start_layer": self.start_layer,
         }
+
+
+TARGET_MODES = ("pred", "label")
+
+
+def check_target(target) -> None:
+    """``target`` has a usable form (whether the model has that class is ``resolve_target``'s call)."""
+    if isinstance(target, bool) or not isinstance(target, (str, int)) or (isinstance(target, int) and target < 0):
+        raise ConfigError(f"target must be pred, label, a class index (0, 1, ...) or a label name; got {target!r}")
+    if isinstance(target, str) and not target.strip():
+        raise ConfigError("target is empty: use pred, label, a class index (0, 1, ...) or a label name")
+
+
+def resolve_target(target, labels: dict) -> str | int:
+    """``pred`` or ``label`` as they are, or the index of the class a fixed ``target`` names (an
+    index, or one of the model's label names ``labels``: {index: name}), checked against the model."""
+    check_target(target)
+    if target in TARGET_MODES:
+        return target
+    labels = {int(k): str(v) for k, v in labels.items()}
+    if isinstance(target, int) or str(target).strip().isdigit():
+        index = int(target)
+        if index in labels:
+            return index
+    else:
+        named = [i for i, name in labels.items() if name == target] or [
+            i for i, name in labels.items() if name.lower() == str(target).strip().lower()
+        ]
+        if len(named) == 1:
+            return named[0]
+    classes = ", ".join(f"{i} ({name})" for i, name in sorted(labels.items()))
+    raise ConfigError(
+        f"target {target!r} is not a class of this model; use pred, label or one of its classes: {classes}"
+    )
 
 
 MAX_RUN_ID = 200  # "run_id=<id>" and "<id>.tmp"-style names must fit in 255 bytes
@@ -254,11 +302,16 @@ MEANINGS = {
     "window (overlapping windows merged per word), auto (what the model was fine-tuned with, "
     "recorded by `xai-ray finetune`; head for other models)",
     "window_stride": "long_text=window: tokens from one window's start to the next (null: half a window)",
-    "methods": "explanation methods, comma-separated: raw, rollout, flow",
+    "methods": "explanation methods, comma-separated: raw, rollout, flow, grad_rollout, attn_x_grad, "
+    "input_x_gradient, integrated_gradients",
     "residual": "how rollout and flow mix in the residual: half (0.5W + 0.5I), add (W + I renormalised), none",
     "head_fusion": "how a layer's heads are fused: mean, max or min (max/min rows renormalised)",
     "discard_ratio": "share of each head row's lowest weights dropped before fusion ([CLS] never), in [0, 1)",
     "start_layer": "first layer (1-based) rollout multiplies from; lower layers are not stored for rollout",
+    "target": "the class that grad_rollout, attn_x_grad, input_x_gradient and integrated_gradients explain: "
+    "pred (the predicted class), label (the true class; unlabelled documents become errors), "
+    "a class index or one of the model's label names",
+    "ig_steps": "integrated_gradients: points along the path from the zero word-embedding baseline (midpoint rule)",
     "heads": "measure per-head statistics (the heads and head_similarity views)",
     "heads_sample": "documents whose heads are compared pairwise (Jensen-Shannon); 0: none",
     "heads_sample_rows": "query rows per sampled document in that comparison",

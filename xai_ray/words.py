@@ -106,11 +106,13 @@ def merge_scores(scores: np.ndarray, index: np.ndarray, n_words: int) -> np.ndar
     return out
 
 
-def normalise(word_scores: np.ndarray) -> np.ndarray:
-    """Rescale each layer's word scores to sum 1 (the special tokens' share removed)."""
-    total = word_scores.sum(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, word_scores / total, 0.0)
+def normalise(word_scores: np.ndarray, signed: bool = False) -> np.ndarray:
+    """Rescale each layer's word scores to sum 1 (the special tokens' share removed); ``signed``
+    scores (gradient attributions) so that their absolute values sum to 1, signs kept. A layer
+    summing to 0 stays 0; a NaN layer (one the method does not define) stays NaN."""
+    total = (np.abs(word_scores) if signed else word_scores).sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a layer the method leaves undefined stays NaN
+        return np.where(total > 0, word_scores / total, np.where(np.isnan(total), np.nan, 0.0))
 
 
 def merge_attention(attention: np.ndarray, index: np.ndarray, n_words: int) -> np.ndarray:

@@ -23,7 +23,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from xai_ray.model.loading import ModelError
     from xai_ray.query.connection import QueryError
     from xai_ray.store import StoreError
-    from xai_ray.train.finetune import FinetuneError
+    from xai_ray.train.examples import FinetuneError
 
     return (ConfigError, CorpusError, ModelError, QueryError, StoreError, FinetuneError)
 

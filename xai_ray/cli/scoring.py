@@ -119,7 +119,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_finetune(args) -> int:
-    from xai_ray.train import finetune
+    from xai_ray.train import finetune, settings
 
     given = {
         k: getattr(args, k)
@@ -139,7 +139,7 @@ def cmd_finetune(args) -> int:
             "out",
         )
     }
-    cfg = finetune.resolve(args.config, given, args.sets)
+    cfg = settings.resolve(args.config, given, args.sets)
     result = finetune.run_finetune(cfg)
     metrics = result.metrics
     print(

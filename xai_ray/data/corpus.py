@@ -5,7 +5,9 @@ formats, an ``aclImdb`` folder or the ``aclImdb_v1.tar.gz`` archive. Ids are the
 when it has them, else stable ``{split}-{row}`` ids, so the same document keeps its id between
 runs. Ids and labels are read as the text the source wrote (``fields``): never through a float.
 Rows the reader already knows to be bad carry a ``problem`` (a label that is not a class number,
-a JSONL line that is not an object) for screening to quarantine.
+a JSONL line that is not an object) for screening to quarantine. A label that is not a class
+number is also kept as written in ``label_name`` (when it is the row's only problem): screening
+accepts it when it names one of the model's classes (``positive``), which the reader cannot know.
 
 ``sources`` reads a source piece by piece; ``read_corpus`` gathers every piece into one DataFrame
 in this process (a notebook, fine-tuning, tests), while ``pipeline.read`` hands the same pieces
@@ -37,8 +39,9 @@ def read_corpus(
     seed: int = 0,
     clean_html: bool = True,
 ) -> pd.DataFrame:
-    """Read a corpus into ``doc_id`` (str), ``text`` (object), ``label`` (nullable Int64) and
-    ``problem`` (None, or why the row cannot be scored: see ``fields``).
+    """Read a corpus into ``doc_id`` (str), ``text`` (object), ``label`` (nullable Int64),
+    ``problem`` (None, or why the row cannot be scored: see ``fields``) and ``label_name`` (the
+    label as written when it is no class number and the row has no other problem, else None).
 
     ``limit`` keeps a seeded random sample of that many rows (in source order), because
     sources such as IMDB are sorted by class and their first rows are all one label.
@@ -58,6 +61,7 @@ def read_corpus(
             "text": pd.Series(table.column("text").to_pylist(), dtype=object),
             "label": pd.array(table.column("label").to_pylist(), dtype="Int64"),
             "problem": pd.Series(table.column("problem").to_pylist(), dtype=object),
+            "label_name": pd.Series(table.column("label_name").to_pylist(), dtype=object),
         }
     )
 

@@ -30,6 +30,7 @@ CHUNK = pa.schema(
         ("text", pa.string()),  # null: missing, or not a string (then ``problem`` says so)
         ("label", pa.int64()),
         ("problem", pa.string()),  # why the reader already knows the row cannot be scored
+        ("label_name", pa.string()),  # the label as written when it is no class number (maybe a class name)
     ]
 )
 
@@ -206,6 +207,7 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: int, start: int)
         for p, t in zip(problems, values)
     ]
     labels: list = [None] * n
+    names: list = [None] * n
     if source.label_column in frame.columns:
         for i, value in enumerate(frame[source.label_column]):
             labels[i], written = fields.label_value(value)
@@ -213,6 +215,7 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: int, start: int)
                 labels[i], written = None, str(value)
             if written is not None and problems[i] is None:
                 problems[i] = f"label {written!r} is not a class number"
+                names[i] = written  # maybe a class name: screening knows the model's
     texts = []
     for i, value in enumerate(values):
         if isinstance(value, str) and not isinstance(value, fields.JsonNumber):
@@ -230,6 +233,7 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: int, start: int)
             pa.array(texts, pa.string()),
             pa.array(labels, pa.int64()),
             pa.array(problems, pa.string()),
+            pa.array(names, pa.string()),
         ],
         schema=CHUNK,
     )

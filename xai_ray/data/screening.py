@@ -8,6 +8,10 @@ were not UTF-8, and a label outside the model's classes, a number or not (``7``,
 ``pos``, ``true``: scoring it would put a wrong class into every per-class statistic;
 ``--set label_column=none`` scores unlabelled data instead). An id whose file bytes were not
 UTF-8 keeps each bad byte as ``\\xNN``, so two such ids stay two.
+
+A label is a class index (``2``) or one of the model's class names (``neutral``; compared
+after stripping spaces, and without case when that names one class only). A written integer is
+always read as an index, even when a model names its classes ``"1"``, ``"2"``, ...
 """
 
 from __future__ import annotations
@@ -25,15 +29,19 @@ _BAD_BYTE = re.compile(INVALID_UTF8 + "([0-9a-f]{2})")
 
 
 def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split ``doc_id, text, label`` rows into (kept rows, rejected rows as ``doc_id, stage, reason``)."""
-    classes = sorted(int(c) for c in classes) if classes is not None else None
+    """Split ``doc_id, text, label`` rows into (kept rows, rejected rows as ``doc_id, stage, reason``).
+
+    ``classes``: the model's classes, ``{index: name}`` (or indices alone); None checks no label."""
+    classes = class_map(classes)
     first_row: dict[str, int] = {}
     keep, rejected = [], []
     ids = []
+    labels = list(corpus["label"])
     problems = corpus["problem"] if "problem" in corpus else [None] * len(corpus)
-    rows = zip(corpus["doc_id"], corpus["text"], corpus["label"], problems)
-    for row, (doc_id, text, label, problem) in enumerate(rows):
-        doc_id, reason = local_problem(row, doc_id, text, label, problem, classes)
+    names = corpus["label_name"] if "label_name" in corpus else [None] * len(corpus)
+    rows = zip(corpus["doc_id"], corpus["text"], problems, names)
+    for row, (doc_id, text, problem, name) in enumerate(rows):
+        doc_id, reason, labels[row] = local_problem(row, doc_id, text, labels[row], problem, classes, name)
         ids.append(doc_id)
         if doc_id in first_row and not (reason or "").startswith(MISSING_ID):
             reason = duplicate(row, first_row[doc_id])  # a repeated id is named as such, whatever else
@@ -42,25 +50,32 @@ def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFra
             keep.append(row)
         else:
             rejected.append({"doc_id": doc_id, "stage": "read", "reason": reason})
-    kept = corpus.iloc[keep].drop(columns=["problem"], errors="ignore")
+    kept = corpus.assign(label=pd.array(labels, dtype="Int64")).iloc[keep]
+    kept = kept.drop(columns=["problem", "label_name"], errors="ignore")
     kept["doc_id"] = [ids[i] for i in keep]
     errors = pd.DataFrame(rejected, columns=["doc_id", "stage", "reason"])
     return kept.reset_index(drop=True), errors
 
 
 MISSING_ID = "doc_id is missing"
+NO_LABELS = "use --set label_column=none to score without labels"
 
 
 def duplicate(row: int, first: int) -> str:
     return f"duplicate doc_id: row {row} repeats the id of row {first}, which is kept"
 
 
-def local_problem(row: int, doc_id, text, label, found, classes) -> tuple[str, str | None]:
-    """(the row's id as stored, why the row alone cannot be scored or None): everything screening
-    decides without looking at other rows (a repeated id is ``screen``'s, or ``verdicts``')."""
+def local_problem(row: int, doc_id, text, label, found, classes, name=None) -> tuple[str, str | None, object]:
+    """(the row's id as stored, why the row alone cannot be scored or None, its label): everything
+    screening decides without looking at other rows (a repeated id is ``screen``'s, or
+    ``verdicts'``). ``classes``: as ``class_map`` gives them; ``name``: the label as written when it
+    is no class number (the reader's ``label_name``), taken when it names one of the classes."""
+    found = None if _missing(found) else found
+    if found and not _missing(name) and classes is not None:  # the label's problem alone: maybe a name
+        label, found = by_name(name, classes)
     if _missing(doc_id) or not str(doc_id).strip():
-        return f"row-{row}", f"{MISSING_ID} (named here by its row)"
-    return stored_id(doc_id), _problem(text, label, classes, None if _missing(found) else found)
+        return f"row-{row}", f"{MISSING_ID} (named here by its row)", label
+    return stored_id(doc_id), _problem(text, label, classes, found), label
 
 
 def stored_id(doc_id) -> str:
@@ -68,12 +83,37 @@ def stored_id(doc_id) -> str:
     return _BAD_BYTE.sub(r"\\x\1", str(doc_id))
 
 
+def class_map(classes) -> dict[int, str | None] | None:
+    """The model's classes as ``{index: name}`` (names None when only indices are known)."""
+    if classes is None:
+        return None
+    if isinstance(classes, dict):
+        return {int(k): str(v) for k, v in classes.items()}
+    return {int(c): None for c in classes}
+
+
+def _listing(classes: dict) -> str:
+    if all(name is None for name in classes.values()):
+        return ", ".join(str(i) for i in sorted(classes))
+    return ", ".join(f"{i}: {classes[i]}" for i in sorted(classes))
+
+
+def by_name(written: str, classes: dict) -> tuple[int | None, str | None]:
+    """(class index, None) when ``written`` names one of the model's classes, else (None, why not)."""
+    text = str(written).strip()
+    exact = [i for i, name in classes.items() if name is not None and name.strip() == text]
+    folded = [i for i, name in classes.items() if name is not None and name.strip().casefold() == text.casefold()]
+    found = exact or (folded if len(folded) == 1 else [])
+    if found:
+        return found[0], None
+    return None, (
+        f"label {written!r} is not a class number nor one of the model's class names ({_listing(classes)}); {NO_LABELS}"
+    )
+
+
 def _problem(text, label, classes, found) -> str | None:
-    if found and found.startswith("label ") and classes is not None:
-        return (
-            f"{found} (the model's classes are {', '.join(map(str, classes))}); "
-            "use --set label_column=none to score without labels"
-        )
+    if found and found.startswith("label ") and classes is not None and NO_LABELS not in found:
+        return f"{found} (the model's classes are {_listing(classes)}); {NO_LABELS}"
     if found:
         return found
     problem = text_problem(text)
@@ -83,10 +123,7 @@ def _problem(text, label, classes, found) -> str | None:
         at = text.index(INVALID_UTF8)
         return f"text is not valid UTF-8 (undecodable bytes from character {at}); fix the file's encoding"
     if classes is not None and not _missing(label) and int(label) not in classes:
-        return (
-            f"label {int(label)} is not one of the model's classes ({', '.join(map(str, classes))}); "
-            "use --set label_column=none to score without labels"
-        )
+        return f"label {int(label)} is not one of the model's classes ({_listing(classes)}); {NO_LABELS}"
     return None
 
 

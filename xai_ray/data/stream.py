@@ -8,6 +8,9 @@ passes over it. The first reads every row's id, whether it can be scored alone
 (``screening.verdicts``: the first occurrence of an id wins, in input order, as in ``screen``).
 Those verdicts (rows not scored; small) stay in Ray's object store. The second pass, ``Screened.todo``,
 reads the source again and streams the rows to score to the actors. Only counts reach the driver.
+
+Over 300 lines: both passes share the numbering of rows and the verdicts; split, the rule that a
+row's place decides its fate would be spread over files.
 """
 
 from __future__ import annotations
@@ -174,6 +177,7 @@ def _place(batch: pa.Table, chosen, offsets: list[int], split: str) -> pa.Table:
             "text": batch.column("text"),
             "label": batch.column("label"),
             "problem": batch.column("problem"),
+            "label_name": batch.column("label_name"),
         }
     )
 
@@ -188,6 +192,7 @@ class Screened:
     corpus: Corpus
     verdicts: list  # ObjectRefs of ``screening.VERDICTS`` tables (one per screening task)
     counts: dict = field(default_factory=dict)  # rows, rejected, duplicates, done, unchanged, todo
+    classes: dict | None = None  # the model's classes (``screening.class_map``): a label may name one
 
     @property
     def n_input(self) -> int:
@@ -205,8 +210,9 @@ class Screened:
         # actor; no more, as the driver keeps a little for every block in flight
         blocks = min(-(-self.counts["todo"] // max(batch_size, 1)), blocks or MAX_BLOCKS)
         rows = self.corpus.rows(blocks=blocks, beside_actors=True)
+        pick = partial(_todo, classes=self.classes)
         return rows.map_batches(
-            _todo, fn_args=[side, sample], batch_format="pyarrow", batch_size=None, **_beside(blocks, True)
+            pick, fn_args=[side, sample], batch_format="pyarrow", batch_size=None, **_beside(blocks, True)
         )
 
 
@@ -219,7 +225,7 @@ def screen(corpus: Corpus, classes=None, done=None, known=None) -> Screened:
 
     ensure_ray()
     corpus = corpus.counted()
-    classes = sorted(int(c) for c in classes) if classes is not None else None
+    classes = screening.class_map(classes)
     done_ref = ray.put(pa.array(sorted(done or ()), pa.string()))
     known_ref = ray.put(known) if known is not None else None
     local = partial(_local, classes=classes)
@@ -238,7 +244,7 @@ def screen(corpus: Corpus, classes=None, done=None, known=None) -> Screened:
     counts = {"rows": n_rows, **ray.get(_count_verdicts.remote(*verdicts))}
     counts["todo"] = n_rows - counts["rejected"] - counts["duplicates"] - counts["done"] - counts["unchanged"]
     counts["kept"] = counts["todo"] + counts["done"]  # what a run keeps; its head sample is drawn from these
-    return Screened(corpus=corpus, verdicts=verdicts, counts=counts)
+    return Screened(corpus=corpus, verdicts=verdicts, counts=counts, classes=classes)
 
 
 def _local(batch: pa.Table, done, known, classes) -> pa.Table:
@@ -246,9 +252,9 @@ def _local(batch: pa.Table, done, known, classes) -> pa.Table:
     done = ray.get(done) if isinstance(done, ray.ObjectRef) else done
     known = ray.get(known) if isinstance(known, ray.ObjectRef) else known
     ids, reasons, missing = [], [], []
-    columns = zip(*(batch.column(c).to_pylist() for c in ("pos", "doc_id", "text", "label", "problem")))
-    for pos, doc_id, text, label, problem in columns:
-        stored, reason = screening.local_problem(pos, doc_id, text, label, problem, classes)
+    names = ("pos", "doc_id", "text", "label", "problem", "label_name")
+    for pos, doc_id, text, label, problem, name in zip(*(batch.column(c).to_pylist() for c in names)):
+        stored, reason, _ = screening.local_problem(pos, doc_id, text, label, problem, classes, name)
         ids.append(stored)
         reasons.append(reason)
         missing.append(reason is not None and reason.startswith(screening.MISSING_ID))
@@ -303,7 +309,7 @@ def _side_table(*tables: pa.Table) -> pa.Table:
     return pa.concat_tables([screening.VERDICTS.empty_table(), *tables]).select(["pos", "verdict"]).sort_by("pos")
 
 
-def _todo(batch: pa.Table, side, sample: np.ndarray) -> pa.Table:
+def _todo(batch: pa.Table, side, sample: np.ndarray, classes=None) -> pa.Table:
     """The second pass on one chunk: rows without a verdict, the sampled ones marked, longest first."""
     side = ray.get(side) if isinstance(side, ray.ObjectRef) else side
     pos = batch.column("pos").to_numpy()
@@ -315,11 +321,17 @@ def _todo(batch: pa.Table, side, sample: np.ndarray) -> pa.Table:
     rank = pos - np.searchsorted(outside, pos)
     rows = batch.filter(pa.array(keep))
     ids = [screening.stored_id(d) for d in rows.column("doc_id").to_pylist()]
+    labels = rows.column("label")
+    if classes is not None and rows.column("label_name").null_count < rows.num_rows:  # labels written as names
+        written, values = rows.column("label_name").to_pylist(), labels.to_pylist()
+        labels = pa.array(
+            [v if n is None else screening.by_name(n, classes)[0] for n, v in zip(written, values)], pa.int64()
+        )
     table = pa.table(
         {
             "doc_id": pa.array(ids, pa.string()),
             "text": rows.column("text"),
-            "label": rows.column("label"),
+            "label": labels,
             "heads_sample": pa.array(np.isin(rank[keep], sample)),
         }
     )

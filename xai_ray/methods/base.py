@@ -1,12 +1,20 @@
 """The small shared base of every explanation method.
 
-A method turns one document's head-fused attention into per-layer scores over its input
-positions. It is pure array math: no Ray, no Parquet, no Hugging Face. Shapes:
+A method turns what one forward (and, for gradient methods, backward) pass captured of one
+document into per-layer scores over its input positions. It is pure array math: no Ray, no
+Parquet, no Hugging Face. What it reads is named by ``Method.needs`` (the capture in
+``xai_ray.model`` produces each once per batch, whatever the number of methods reading it):
 
-    fused:  (L, n, n)  head-fused attention of layer 1..L, real tokens only, rows sum to 1
+    attention            (L, n, n)  head-fused attention of layer 1..L, real tokens only, rows sum to 1
+    attention_gradients  (L, n, n)  per layer, the head mean of clamp(dy_t/dA * A, min=0) (Chefer et al.)
+    input_x_gradient     (n,)       word embedding x gradient of log p_t, summed over the hidden size
+    integrated_gradients (n,)       integrated gradients of log p_t from a zero word-embedding baseline
+
     scores: (L, n)     scores[l-1, j] = score of input position j read at layer l ([CLS] row)
 
-Layers below ``start_layer`` (1-based) carry NaN: the method does not define them.
+Layers a method does not define carry NaN (below ``start_layer``; every layer but the last for
+methods without layers, see ``TokenAttribution``). Scores are shares (``to_shares``): each
+defined layer sums to 1 over the tokens, or, for signed methods, its absolute values do.
 """
 
 from __future__ import annotations
@@ -24,6 +32,13 @@ RETIRED_RESIDUAL = {
     "which fused attention always does here; use residual=half"
 }
 HEAD_FUSIONS = ("mean", "max", "min")
+
+# What a method reads (``Method.needs``): the names of the captures in ``xai_ray.model``.
+ATTENTION = "attention"
+ATTENTION_GRADIENTS = "attention_gradients"
+INPUT_GRADIENTS = "input_x_gradient"
+INTEGRATED_GRADIENTS = "integrated_gradients"
+GRADIENT_NEEDS = (ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS)
 
 
 @dataclass(frozen=True)
@@ -81,16 +96,65 @@ def as_layers(A) -> np.ndarray:
     return A
 
 
+def to_shares(scores: np.ndarray, signed: bool = False) -> np.ndarray:
+    """(L, n) scores -> each row divided by its sum (``signed``: by the sum of its absolute
+    values, so signs survive and |scores| sum to 1). A row summing to 0 stays 0; NaN rows stay NaN."""
+    scores = np.asarray(scores, dtype=np.float64)
+    totals = (np.abs(scores) if signed else scores).sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, scores / np.where(totals > 0, totals, 1.0), scores)
+
+
 class Method:
-    """One explanation method. Subclasses set ``name`` and implement ``attribute``."""
+    """One explanation method. Subclasses set ``name`` and implement ``attribute``.
+
+    needs: which capture ``attribute`` reads (see the module docstring).
+    class_specific: the scores explain one class (the run's ``target``); attention methods do not.
+    signed: scores may be negative (evidence against the target class); shares of |score|.
+    objective: what a class-specific method differentiates: ``logit`` or ``log_probability`` of the target.
+    """
 
     name: ClassVar[str]
+    needs: ClassVar[str] = ATTENTION
+    class_specific: ClassVar[bool] = False
+    signed: ClassVar[bool] = False
+    objective: ClassVar[str | None] = None
 
     def __init__(self, options: AttentionOptions | None = None) -> None:
         self.options = options or AttentionOptions()
 
     def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
         raise NotImplementedError
+
+    def explain(self, captured: dict, n_layers: int) -> np.ndarray:
+        """(L, n) scores of one document from its captures (``captured[self.needs]``)."""
+        return self.attribute(captured[self.needs])
+
+
+class TokenAttribution(Method):
+    """A method with one score per input token and no layers (input x gradient, integrated gradients).
+
+    Its scores are stored under the last layer and every other layer is NaN (not stored): layer l
+    of every method reads the model up to layer l, and these read all of it, down from the
+    logits. Every view that defaults to the last layer (``topk``, the report's per-method
+    sections, method agreement, nightly) then includes them. Signed: shares of |score|.
+    """
+
+    needs: ClassVar[str]
+    class_specific = True
+    signed = True
+    objective = "log_probability"
+
+    def attribute(self, values: np.ndarray, n_layers: int = 1) -> np.ndarray:  # (n,) -> (L, n)
+        values = np.asarray(values.detach().cpu() if hasattr(values, "detach") else values, dtype=np.float64)
+        if values.ndim != 1:
+            raise ValueError(f"token attributions must have shape (n,), got {values.shape}")
+        scores = np.full((max(1, int(n_layers)), values.shape[0]), np.nan)  # (L, n)
+        scores[-1] = to_shares(values, signed=True)
+        return scores
+
+    def explain(self, captured: dict, n_layers: int) -> np.ndarray:
+        return self.attribute(captured[self.needs], n_layers)
 
 
 class PropagatedMethod(Method):

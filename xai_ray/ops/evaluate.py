@@ -95,7 +95,7 @@ def _keep_report_aggregates(store, run_id: str) -> None:
     """Refresh what the report keeps beside the run (its faithfulness summary is new), and the
     page itself when the run has one."""
     from xai_ray.pipeline import report
-    from xai_ray.report.page import keep_aggregates
+    from xai_ray.report.aggregates import keep_aggregates
 
     keep_aggregates(store, run_id)
     page = layout.report_path(store, run_id)

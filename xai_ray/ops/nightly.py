@@ -16,6 +16,8 @@ Each night the job
 
 Documents that failed (the ``errors`` table) are tried again the next night. A store URI
 (``s3://...``) works through its local mirror (``xai_ray.store.remote``).
+
+Over 300 lines: the nightly job reads top to bottom as the numbered steps above.
 """
 
 from __future__ import annotations
@@ -169,7 +171,18 @@ def scoring_key(cfg: RunConfig) -> dict:
         "attention": cfg.attention_options,
         "max_length": cfg.max_length,
     }
-    return {**key, **long_text_key(resolve_mode(cfg.long_text, cfg.model), cfg.window_stride)}
+    target = target_key(cfg.methods, cfg.target, cfg.ig_steps)
+    return {**key, **long_text_key(resolve_mode(cfg.long_text, cfg.model), cfg.window_stride), **target}
+
+
+def target_key(methods, target, ig_steps) -> dict:
+    """The class explained (and integrated gradients' steps) enter the key only with class-specific
+    methods, so runs of attention methods alone match runs made before these options existed."""
+    from xai_ray.methods import REGISTRY
+
+    if not any(REGISTRY[m].class_specific for m in methods if m in REGISTRY):
+        return {}
+    return {"target": target, **({"ig_steps": ig_steps} if "integrated_gradients" in methods else {})}
 
 
 def long_text_key(mode: str | None, stride) -> dict:
@@ -189,6 +202,7 @@ def manifest_key(manifest: dict) -> dict:
     return {
         **key,
         **long_text_key(resolve_mode(mode, config.get("model")) if mode else None, config.get("window_stride")),
+        **target_key(config.get("methods", []), config.get("target", "pred"), config.get("ig_steps")),
     }
 
 

@@ -121,9 +121,9 @@ def check_config(path: Path, kind: str, sets: list[str] | None) -> None:
     from xai_ray.store import remote
 
     if kind == "finetune":
-        from xai_ray.train import finetune
+        from xai_ray.train.settings import resolve as resolve_finetune
 
-        cfg = finetune.resolve(path, None, sets)
+        cfg = resolve_finetune(path, None, sets)
         if remote.is_uri(cfg.out) or not Path(cfg.out).is_absolute():
             raise SubmitError(
                 f"out {cfg.out!r} must be an absolute path on the cluster (the model folder and Ray "

@@ -17,21 +17,32 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
-from xai_ray.config import RunConfig
-from xai_ray.methods.head_summary import HeadTotals
+from xai_ray.config import RunConfig, resolve_target
 from xai_ray.model.loading import describe_model
-from xai_ray.pipeline.writing import build_manifest, write, write_parts
+from xai_ray.pipeline.writing import IDENTITY_KEYS, build_manifest, open_writer, resolved, write, write_parts
 from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.runtime import ensure_ray
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, layout, remote
-from xai_ray.store.files import write_atomically
 from xai_ray.store.writer import RunWriter, check_store
 
 log = logging.getLogger("xai_ray")
-__all__ = ["run", "publish", "read", "screen", "score", "write", "write_parts", "aggregate", "report", "build_manifest"]
+__all__ = [
+    "IDENTITY_KEYS",
+    "open_writer",
+    "resolved",
+    "run",
+    "publish",
+    "read",
+    "screen",
+    "score",
+    "write",
+    "write_parts",
+    "aggregate",
+    "report",
+    "build_manifest",
+]
 
 
 @dataclass
@@ -56,6 +67,7 @@ def run(cfg: RunConfig) -> RunResult:
     logged = route_noise(layout.run_log(cfg.store, cfg.run_id))  # Ray's and setuptools' chatter: into the run's log
     with native_stderr_into(logged):  # and what Ray's C++ core writes to stderr
         model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
+        resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
         corpus = read(cfg)
         writer = open_writer(cfg, cfg.run_id)  # a resumed run's committed documents are not scored again
         try:
@@ -104,57 +116,6 @@ def _run_through_mirror(cfg: RunConfig) -> RunResult:
     result = run(replace(cfg, store=str(local), extra={**cfg.extra, "store_uri": cfg.store}))
     remote.push_run(local, cfg.store, result.run_id)
     return result
-
-
-# What shapes a run's outputs: a resumed run must agree on all of these with its first attempt.
-IDENTITY_KEYS = (
-    "data",
-    "split",
-    "text_column",
-    "label_column",
-    "id_column",
-    "clean_html",
-    "limit",
-    "seed",
-    "model",
-    "allow_pickle",
-    "trust_remote_code",
-    "max_length",
-    "long_text",
-    "window_stride",
-    "methods",
-    "residual",
-    "head_fusion",
-    "discard_ratio",
-    "start_layer",
-    "heads",
-    "heads_sample",
-    "heads_sample_rows",
-    "evaluate",
-    "evaluate_fractions",
-    "evaluate_share",
-)
-
-
-def resolved(cfg: RunConfig) -> RunConfig:
-    """``cfg`` with what depends on the model settled (``long_text=auto`` -> how the model was fine-tuned),
-    so the identity of a run and its manifest say what was done."""
-    return replace(cfg, long_text=resolve_mode(cfg.long_text, cfg.model))
-
-
-def open_writer(cfg: RunConfig, run_id: str) -> RunWriter:
-    """The run's writer; resumes the run when its staging holds committed parts."""
-    settings = resolved(cfg).to_dict()
-    writer = RunWriter(
-        cfg.store,
-        run_id,
-        list(cfg.methods),
-        identity={k: settings[k] for k in IDENTITY_KEYS},
-        part_rows=cfg.part_rows,
-        totals=HeadTotals if cfg.heads else None,
-    )
-    write_atomically(layout.staged_config(cfg.store, run_id), yaml.safe_dump(settings, sort_keys=False))
-    return writer
 
 
 def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:
@@ -303,7 +264,8 @@ def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
     numbers and top words (rollout if present, else the first method) for the log."""
     from xai_ray.query.connection import open_store, pick_run, run_named
     from xai_ray.query.top_words import keep_word_totals, topk
-    from xai_ray.report.page import DEFAULTS, keep_aggregates
+    from xai_ray.report.aggregates import keep_aggregates
+    from xai_ray.report.definition import DEFAULTS
 
     keep_aggregates(store, run_id)
     keep_word_totals(store, run_id)

@@ -6,6 +6,9 @@ send back only its record. ``write`` counts the records (``RunWriter.collect``: 
 twice counts once, a part overlapping another is dropped), records the screened-out rows and any
 document no part came back for as errors, and publishes the run with its manifest. Given Arrow
 tables instead (a notebook, a test), the driver writes them itself through the same tables code.
+
+Over 300 lines: the write stage, the driver's accounting of every input row (docs or errors,
+exactly once) and the manifest it publishes stay together.
 """
 
 from __future__ import annotations
@@ -16,23 +19,81 @@ import os
 import platform
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import yaml
 
-from xai_ray.config import RunConfig
+from xai_ray.config import RunConfig, resolve_target
 from xai_ray.methods.head_summary import HeadTotals
 from xai_ray.model.loading import describe_model
 from xai_ray.progress import Progress
 from xai_ray.runtime import versions
+from xai_ray.scoring.segments import resolve_mode
+from xai_ray.store import layout
+from xai_ray.store.files import write_atomically
 from xai_ray.store.parts import PartWriter
 from xai_ray.store.tables import stage_seconds
 from xai_ray.store.writer import RunWriter
 
 log = logging.getLogger("xai_ray")
 READ_ERRORS_PART = "read"  # the one part holding the screened-out rows: a resumed run rewrites it in place
+
+
+# What shapes a run's outputs: a resumed run must agree on all of these with its first attempt.
+IDENTITY_KEYS = (
+    "data",
+    "split",
+    "text_column",
+    "label_column",
+    "id_column",
+    "clean_html",
+    "limit",
+    "seed",
+    "model",
+    "allow_pickle",
+    "trust_remote_code",
+    "max_length",
+    "long_text",
+    "window_stride",
+    "methods",
+    "residual",
+    "head_fusion",
+    "discard_ratio",
+    "start_layer",
+    "target",
+    "ig_steps",
+    "heads",
+    "heads_sample",
+    "heads_sample_rows",
+    "evaluate",
+    "evaluate_fractions",
+    "evaluate_share",
+)
+
+
+def resolved(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with what depends on the model settled (``long_text=auto`` -> how the model was fine-tuned),
+    so the identity of a run and its manifest say what was done."""
+    return replace(cfg, long_text=resolve_mode(cfg.long_text, cfg.model))
+
+
+def open_writer(cfg: RunConfig, run_id: str) -> RunWriter:
+    """The run's writer; resumes the run when its staging holds committed parts."""
+    settings = resolved(cfg).to_dict()
+    writer = RunWriter(
+        cfg.store,
+        run_id,
+        list(cfg.methods),
+        identity={k: settings[k] for k in IDENTITY_KEYS},
+        part_rows=cfg.part_rows,
+        totals=HeadTotals if cfg.heads else None,
+    )
+    write_atomically(layout.staged_config(cfg.store, run_id), yaml.safe_dump(settings, sort_keys=False))
+    return writer
 
 
 def write_parts(scored, cfg: RunConfig, run_id: str, writers: int | None = None) -> Iterator[dict]:
@@ -125,8 +186,6 @@ def write(
     that no part holds is recorded as an error too, so the run accounts for each input document.
     On failure the committed parts stay in staging for ``xai-ray run --resume``.
     """
-    from xai_ray.pipeline import open_writer
-
     started = started or time.perf_counter()
     writer = writer or open_writer(cfg, run_id)
     n_todo = screened.counts["todo"] if screened is not None else (len(todo) if todo is not None else n_input)
@@ -244,6 +303,7 @@ def build_manifest(cfg, run_id, model: dict, n_input, score_s, started) -> dict:
         "config": cfg.to_dict(),
         "model": model,
         "attention": cfg.attention_options,
+        "target": target_record(cfg, model),
         "input_documents": n_input,
         "timings": {
             "score_and_write_s": round(score_s, 3),
@@ -252,4 +312,22 @@ def build_manifest(cfg, run_id, model: dict, n_input, score_s, started) -> dict:
         },
         "versions": versions(),
         "host": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+    }
+
+
+def target_record(cfg, model: dict) -> dict | None:
+    """What the class-specific methods explained (null when the run has none): the ``target`` asked
+    for, the class index it names (null for pred and label, which vary per document: see
+    ``docs.target``), the objective each method differentiates, and integrated gradients' steps."""
+    from xai_ray.methods import REGISTRY
+
+    chosen = [m for m in cfg.methods if REGISTRY[m].class_specific]
+    if not chosen:
+        return None
+    resolved = resolve_target(cfg.target, model.get("labels") or {})
+    return {
+        "target": cfg.target,
+        "class": None if isinstance(resolved, str) else resolved,
+        "objectives": {m: REGISTRY[m].objective for m in chosen},
+        "ig_steps": cfg.ig_steps if "integrated_gradients" in chosen else None,
     }

@@ -17,6 +17,7 @@ import html
 import pandas as pd
 
 from xai_ray.query.connection import run_named
+from xai_ray.report.blocks import Fragment, Section, number, percent
 
 DEPTH = 5  # rank both nights' words down to k * DEPTH, so a word that left shows where it went
 NEW_SHOWN = 20  # new documents listed by id
@@ -24,13 +25,14 @@ NEW_SHOWN = 20  # new documents listed by id
 
 def since_last_night(ctx):
     """Builder: None unless the report is a nightly one."""
-    from xai_ray.report.sections import Fragment, Section
 
     night = ctx.extra.get("nightly")
     if not night:
         return None
     then_con = night.get("then")
     then = run_named(then_con, "summary", run_id=night["then_label"]).iloc[0].to_dict() if then_con else None
+    if then is not None:  # each class's mean probability last night, beside tonight's (ctx.classes)
+        then["classes"] = run_named(then_con, "class_summary", run_id=night["then_label"])
     tonight = night.get("tonight_run")
     new = run_named(ctx.con, "nightly_new_docs", run_id=ctx.run_id, source_run_id=tonight or "")
     then_ids = set(run_named(then_con, "nightly_doc_ids", run_id=night["then_label"]).doc_id) if then_con else set()
@@ -132,7 +134,6 @@ def rank_chart(changes: pd.DataFrame, depth: int, title: str):
 
 
 def _facts_html(ctx, night: dict, then: dict | None, new: pd.DataFrame, then_ids: set) -> str:
-    from xai_ray.report.sections import number, percent
 
     now = ctx.summary
     labelled = new.dropna(subset=["label"])
@@ -147,11 +148,11 @@ def _facts_html(ctx, night: dict, then: dict | None, new: pd.DataFrame, then_ids
         ("Accuracy last night", percent(then["accuracy"]) if then else "n/a"),
         ("Accuracy tonight", percent(now["accuracy"])),
         ("Accuracy of tonight's documents", percent(new_accuracy)),
-        (
-            f"Mean P({ctx.label(1)}) last night / tonight",
-            f"{number(then['mean_prob_pos']) if then else 'n/a'} / {number(now['mean_prob_pos'])}",
-        ),
     ]
+    before = dict(zip(then["classes"]["class"], then["classes"]["mean_prob"])) if then else {}
+    for row in ctx.classes().itertuples():
+        was = number(before[row.cls]) if row.cls in before else "n/a"
+        facts.append((f"Mean P({ctx.label(row.cls)}) last night / tonight", f"{was} / {number(row.mean_prob)}"))
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)
     return f"<table class='facts since'>{rows}</table>"
 
@@ -181,18 +182,17 @@ def _changes_html(changes: pd.DataFrame, k: int, depth: int) -> str:
 
 
 def _new_docs_html(ctx, new: pd.DataFrame, then_ids: set) -> str:
-    from xai_ray.report.sections import number
 
     shown = new.head(NEW_SHOWN)
     rows = "".join(
         f"<tr><td>{html.escape(str(r.doc_id))}{' (changed)' if r.doc_id in then_ids else ''}</td>"
         f"<td>{html.escape(ctx.label(r.label) if pd.notna(r.label) else 'n/a')}</td>"
-        f"<td>{html.escape(ctx.label(r.pred))}</td><td>{number(r.prob_pos, '.2f')}</td>"
+        f"<td>{html.escape(ctx.label(r.pred))}</td><td>{number(r.confidence, '.2f')}</td>"
         f"<td>{html.escape(r.excerpt)}</td></tr>"
         for r in shown.itertuples()
     )
     more = f" (the first {NEW_SHOWN} of {len(new)} by id)" if len(new) > NEW_SHOWN else ""
     return (
         f"<h3>Documents scored tonight{more}</h3><table class='new-docs'><tr><th>id</th><th>true</th>"
-        f"<th>predicted</th><th>P({html.escape(ctx.label(1))})</th><th>text</th></tr>{rows}</table>"
+        f"<th>predicted</th><th>P(predicted)</th><th>text</th></tr>{rows}</table>"
     )

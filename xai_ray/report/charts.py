@@ -106,15 +106,23 @@ def layer_curves(curves: pd.DataFrame, title: str) -> alt.Chart:
 
 
 def confusion(counts: pd.DataFrame, labels: dict) -> alt.Chart:
-    """True label x predicted class counts."""
-    frame = counts.assign(
-        true=counts["label"].map(lambda v: labels.get(int(v), str(v))),
-        predicted=counts["pred"].map(lambda v: labels.get(int(v), str(v))),
+    """True label x predicted class counts: k x k cells for the model's k classes (and any other
+    value seen), zeros drawn, both axes in class-index order."""
+    classes = sorted({int(c) for c in labels} | {int(v) for v in counts["label"]} | {int(v) for v in counts["pred"]})
+    seen = {(int(r.label), int(r.pred)): int(r.documents) for r in counts.itertuples()}
+    names = [labels.get(c, str(c)) for c in classes]
+    frame = pd.DataFrame(
+        [
+            {"true": labels.get(t, str(t)), "predicted": labels.get(p, str(p)), "documents": seen.get((t, p), 0)}
+            for t in classes
+            for p in classes
+        ]
     )
-    base = alt.Chart(frame).encode(x=alt.X("predicted:N"), y=alt.Y("true:N"))
+    base = alt.Chart(frame).encode(x=alt.X("predicted:N", sort=names), y=alt.Y("true:N", sort=names))
     cells = base.mark_rect().encode(color=alt.Color("documents:Q", scale=alt.Scale(scheme="greens")))
     text = base.mark_text(fontSize=13).encode(text="documents:Q")
-    return (cells + text).properties(width=200, height=160, title="Confusion matrix")
+    side = max(160, 40 * len(classes))
+    return (cells + text).properties(width=side + 40, height=side, title="Confusion matrix")
 
 
 def topk_explorer(

@@ -1,4 +1,4 @@
-"""Faithfulness charts: DataFrame of bootstrap summaries -> ``alt.Chart``; no I/O, no SQL.
+"""Faithfulness charts: DataFrame of bootstrap summaries (or leaderboard rows) -> ``alt.Chart``; no I/O, no SQL.
 
 summary: columns method, layer (NaN for the baselines), metric, mean, lo, hi, n_docs.
 """
@@ -84,3 +84,46 @@ def by_fraction(summary: pd.DataFrame, curves: list[str], title: str) -> alt.Fac
         .resolve_scale(y="independent")
         .properties(title=title)
     )
+
+
+def leaderboard(board: pd.DataFrame, title: str, metric_title: str = "comprehensiveness AOPC") -> alt.HConcatChart:
+    """Left: one row per leaderboard entry, best first, its mean as a point and its 95% interval as
+    an error bar, the floor's interval as a grey band across every row (its mean a dashed rule).
+    Right: each entry's actor-seconds per review, on the same rows (entries without a timing
+    get no bar).
+
+    board: columns entry, rank, method, which, mean, lo, hi, n_docs, is_floor, seconds.
+    """
+    order = board.sort_values("rank")["entry"].tolist()
+    height = max(120, 24 * len(order))
+    y = alt.Y("entry:N", sort=order, title=None)
+    tooltip = [
+        "rank:Q",
+        "entry:N",
+        alt.Tooltip("mean:Q", format=".4f"),
+        alt.Tooltip("lo:Q", format=".4f", title="95% CI low"),
+        alt.Tooltip("hi:Q", format=".4f", title="95% CI high"),
+        alt.Tooltip("n_docs:Q", title="reviews"),
+        alt.Tooltip("seconds:Q", format=".4f", title="seconds per review"),
+    ]
+    floor = board[board["is_floor"]]
+    band = alt.Chart(floor).mark_rect(opacity=0.18, color="grey").encode(x="lo:Q", x2="hi:Q")  # spans every row
+    rule = alt.Chart(floor).mark_rule(strokeDash=[5, 3], color="grey").encode(x="mean:Q")
+    base = alt.Chart(board)
+    bars = base.mark_errorbar(ticks=True).encode(x=alt.X("lo:Q", title=metric_title), x2="hi:Q", y=y)
+    points = base.mark_point(filled=True, size=70).encode(
+        x=alt.X("mean:Q", title=metric_title), y=y, color=alt.Color("method:N", title="method"), tooltip=tooltip
+    )
+    ranked = alt.layer(band, rule, bars, points).properties(width=380, height=height)
+    timed = base.transform_filter("isValid(datum.seconds)")
+    cost = timed.mark_bar().encode(
+        x=alt.X("seconds:Q", title="actor-seconds per review"),
+        y=alt.Y("entry:N", sort=order, title=None, axis=alt.Axis(labels=False, ticks=False)),
+        color=alt.Color("method:N", title="method"),
+        tooltip=tooltip,
+    )
+    labels = timed.mark_text(align="left", dx=3).encode(
+        x="seconds:Q", y=alt.Y("entry:N", sort=order), text=alt.Text("seconds:Q", format=".2~g")
+    )
+    spent = (cost + labels).properties(width=180, height=height)
+    return alt.hconcat(ranked, spent).resolve_scale(y="shared").properties(title=title)

@@ -25,8 +25,9 @@ import pandas as pd
 from xai_ray.config import ConfigError
 from xai_ray.methods.head_summary import STATISTICS
 from xai_ray.report import charts, head_charts
+from xai_ray.report.blocks import number
 from xai_ray.report.outputs import check_target, write_page
-from xai_ray.report.sections import _curves, highlight_html, number
+from xai_ray.report.sections import _curves, highlight_html
 from xai_ray.words import merge_attention
 
 SCRIPT = Path(__file__).parent / "static" / "explain.js"
@@ -107,7 +108,11 @@ def explain_stored(
         raise QueryError(f"no document {doc_id!r} in run {run['run_id']!r} (its errors view may say why)")
     config = json.loads(run["manifest"]).get("config", {})
     doc = found.iloc[0]
-    options = {k: config[k] for k in ("residual", "head_fusion", "discard_ratio", "start_layer") if k in config}
+    options = {
+        k: config[k]
+        for k in ("residual", "head_fusion", "discard_ratio", "start_layer", "target", "ig_steps")
+        if k in config
+    }
     if model is None:  # the run's own model: the safety flags it was run with apply to it
         options.update({k: config[k] for k in ("allow_pickle", "trust_remote_code") if k in config})
     label = None if pd.isna(doc.label) else int(doc.label)

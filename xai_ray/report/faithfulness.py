@@ -1,5 +1,7 @@
-"""The report's faithfulness section: per method (and layer), the mean of every metric with a
-bootstrap 95% interval, next to the input x gradient baseline and the random floor.
+"""The report's faithfulness section: first the leaderboard (``report.leaderboard``: every method
+ranked by comprehensiveness AOPC, normal-approximation intervals, the random floor as a band,
+cost per review), then per method (and layer) the mean of every metric with a bootstrap 95%
+interval, next to the input x gradient baseline and the random floor.
 
 The per-document values come from ``sql/report_faithfulness.sql``; the bootstrap resamples
 documents (the same resamples for every method, so their intervals are comparable) and is
@@ -11,17 +13,16 @@ from __future__ import annotations
 
 import html
 
-import numpy as np
 import pandas as pd
 
+from xai_ray.query.bootstrap import RESAMPLES, SEED, SUMMARY, bootstrap
 from xai_ray.report import charts_faithfulness as charts
-from xai_ray.report.sections import Context, Fragment, Section
+from xai_ray.report import leaderboard
+from xai_ray.report.blocks import Fragment, Section
+from xai_ray.report.context import Context
 from xai_ray.scoring.faithfulness import CURVES, GRADIENT, RANDOM
 from xai_ray.store.aggregates import read_aggregate
 
-SUMMARY = "faithfulness_bootstrap"  # the kept aggregate's name
-RESAMPLES = 1000
-SEED = 0
 HEADLINE = ["comprehensiveness_aopc", "sufficiency_aopc", "spearman_loo", "spearman_grad"]
 BETTER = {
     "comprehensiveness_aopc": "higher",
@@ -29,43 +30,6 @@ BETTER = {
     "spearman_loo": "higher",
     "spearman_grad": "higher",
 }
-CHUNK = 200  # resamples per matrix product: bounds memory at CHUNK x documents
-
-
-def bootstrap(values: pd.DataFrame, resamples: int = RESAMPLES, seed: int = SEED) -> pd.DataFrame:
-    """Mean and percentile-bootstrap 95% interval of each (method, layer, metric).
-
-    values: columns method, layer (NaN for the baselines), metric, doc_id, value. Documents are
-    resampled with replacement; a resample's mean of a metric averages the documents that have
-    it (with their multiplicity). Returns method, layer, metric, mean, lo, hi, n_docs.
-    """
-    columns = ["method", "layer", "metric", "mean", "lo", "hi", "n_docs"]
-    if values.empty:
-        return pd.DataFrame(columns=columns)
-    frame = values.assign(layer=values["layer"].fillna(0).astype(int))  # 0: no layer (pivot keys cannot be NaN)
-    wide = frame.pivot_table(index="doc_id", columns=["method", "layer", "metric"], values="value", aggfunc="first")
-    x = wide.to_numpy(dtype=np.float64)  # (D, G)
-    present = ~np.isnan(x)  # (D, G)
-    x = np.where(present, x, 0.0)
-    n_docs = x.shape[0]
-    rng = np.random.default_rng(seed)
-    means = []
-    for start in range(0, resamples, CHUNK):
-        picks = rng.integers(0, n_docs, size=(min(CHUNK, resamples - start), n_docs))  # (b, D)
-        weights = np.stack([np.bincount(row, minlength=n_docs) for row in picks]).astype(np.float64)  # (b, D)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            means.append((weights @ x) / (weights @ present))  # (b, G)
-    resampled = np.concatenate(means)  # (B, G)
-    counts = present.sum(axis=0)  # (G,)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = x.sum(axis=0) / counts
-    out = pd.DataFrame(list(wide.columns), columns=["method", "layer", "metric"])
-    out["mean"] = mean
-    out["lo"] = np.nanpercentile(resampled, 2.5, axis=0)
-    out["hi"] = np.nanpercentile(resampled, 97.5, axis=0)
-    out["n_docs"] = counts
-    out["layer"] = out["layer"].where(out["layer"] > 0)  # back to NaN for the baselines
-    return out[columns]
 
 
 def summary_of(ctx: Context) -> pd.DataFrame:
@@ -82,10 +46,11 @@ def summary_of(ctx: Context) -> pd.DataFrame:
 
 
 def order_methods(methods: list[str], run_methods: list[str]) -> list[str]:
-    """The run's attention methods in its order, then the gradient baseline, then the floor."""
+    """The run's methods in its order, then the gradient baseline, then the floor (a stored
+    input_x_gradient is evaluated once, as the baseline, and listed there)."""
     found = set(methods)
     return (
-        [m for m in run_methods if m in found]
+        [m for m in run_methods if m in found and m not in (GRADIENT, RANDOM)]
         + [m for m in (GRADIENT, RANDOM) if m in found]
         + sorted(found - set(run_methods) - {GRADIENT, RANDOM})
     )
@@ -97,11 +62,12 @@ def faithfulness(ctx: Context) -> Section | None:
         return None  # the run was not evaluated (no --evaluate)
     methods = order_methods(summary["method"].unique().tolist(), ctx.methods)
     n_docs = int(summary["n_docs"].max())
-    items = [
+    items = _leaderboard(ctx)
+    items.append(
         charts.by_layer(
             summary, HEADLINE, f"Faithfulness per layer, mean and 95% bootstrap interval ({n_docs} reviews)"
         )
-    ]
+    )
     curves = _curves(summary, ctx.last_layer)
     if not curves.empty:
         items.append(
@@ -125,6 +91,21 @@ def faithfulness(ctx: Context) -> Section | None:
         + _cost(ctx, n_docs)
     )
     return Section("faithfulness", "Faithfulness of each method", note, items)
+
+
+def _leaderboard(ctx: Context) -> list:
+    """The leaderboard's chart, table and reading note (nothing when no method has the metric)."""
+    board = ctx.query("report_leaderboard", **leaderboard.PARAMS)
+    if board.empty:
+        return []
+    board = leaderboard.board_with_costs(board, ctx.manifest, int(ctx.summary["n_docs"] or 0))
+    reviews = int(board["n_docs"].max())
+    title = f"Faithfulness leaderboard: comprehensiveness AOPC with 95% intervals, cost per review ({reviews} reviews)"
+    return [
+        charts.leaderboard(board, title),
+        Fragment(f"<p class='note'>{html.escape(leaderboard.note(board))}</p>"),
+        Fragment(leaderboard.table(board)),
+    ]
 
 
 def _cost(ctx: Context, n_docs: int) -> str:

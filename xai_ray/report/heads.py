@@ -13,11 +13,11 @@ import pandas as pd
 
 from xai_ray.methods.head_summary import BROAD_ENTROPY, DOMINANT_SHARE, behaviour, classical_mds
 from xai_ray.report import head_charts
+from xai_ray.report.blocks import Fragment, Section
 
 
 def heads(ctx):
     """Section ``heads``: layer x head heatmaps, per-layer profiles and the head map."""
-    from xai_ray.report.sections import Fragment, Section
 
     stats = ctx.query("report_heads")
     if stats.empty:

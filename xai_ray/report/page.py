@@ -10,137 +10,19 @@ definition (``reports/default.yaml``; ``--definition PATH``); the sections thems
 
 from __future__ import annotations
 
-import copy
 import html
 import json
 from pathlib import Path
 
-import yaml
-
 from xai_ray.config import ConfigError
-from xai_ray.query import wordstats
-from xai_ray.query.connection import open_store, pick_run, run_named
 from xai_ray.report import charts
+from xai_ray.report.blocks import Fragment, Section
+from xai_ray.report.context import Context, context
+from xai_ray.report.definition import load_definition
 from xai_ray.report.outputs import check_target, write_page
-from xai_ray.report.sections import BUILDERS, KEPT, Context, Fragment, Section
-from xai_ray.store.aggregates import write_aggregate
+from xai_ray.report.sections import BUILDERS
 
-DEFAULT_DEFINITION = Path(__file__).resolve().parents[2] / "reports" / "default.yaml"
-# The same values as reports/default.yaml (a test keeps them equal), for installs without it.
-DEFAULTS = {
-    "k": 20,
-    "stat": "lift",
-    "min_docs": "auto",
-    "min_count": 1,
-    "exclude": ["punct"],
-    "main_method": "auto",
-    "sections": list(BUILDERS),
-    "examples": {"min_tokens": 20, "pick": "shortest", "max_words": 60},
-    "highlight": {"methods": ["raw", "rollout", "flow"], "layer": "last"},
-    "agreement": {"bins": 20, "max_docs": 2000},
-}
 FORMATS = ("png", "svg")
-
-
-def load_definition(path: str | Path | None = None) -> dict:
-    """The report definition at ``path`` (default: reports/default.yaml) over ``DEFAULTS``, checked."""
-    definition = copy.deepcopy(DEFAULTS)
-    source = Path(path) if path else DEFAULT_DEFINITION
-    if path and not source.is_file():
-        raise ConfigError(f"report definition {str(path)!r} does not exist")
-    given = (yaml.safe_load(source.read_text()) or {}) if source.is_file() else {}
-    if not isinstance(given, dict):
-        raise ConfigError(f"report definition {str(source)!r} must be a mapping of keys to values")
-    for key, value in given.items():
-        if key not in DEFAULTS:
-            raise ConfigError(f"report definition: unknown key {key!r}; known: {', '.join(DEFAULTS)}")
-        if isinstance(DEFAULTS[key], dict):
-            if not isinstance(value, dict) or set(value) - set(DEFAULTS[key]):
-                raise ConfigError(f"report definition: {key!r} takes the keys {', '.join(DEFAULTS[key])}")
-            definition[key].update(value)
-        else:
-            definition[key] = value
-    _check(definition)
-    return definition
-
-
-def _check(d: dict) -> None:
-    unknown = [s for s in d["sections"] if s not in BUILDERS]
-    if unknown:
-        raise ConfigError(f"report definition: unknown sections {unknown}; known: {', '.join(BUILDERS)}")
-    if not (isinstance(d["k"], int) and d["k"] >= 1):
-        raise ConfigError("report definition: k must be a positive integer")
-    if d["min_count"] != "auto" and not (isinstance(d["min_count"], int) and d["min_count"] >= 1):
-        raise ConfigError("report definition: min_count must be a positive integer")
-    if d["min_docs"] != "auto" and not (isinstance(d["min_docs"], int) and d["min_docs"] >= 1):
-        raise ConfigError("report definition: min_docs must be 'auto' or a positive integer")
-    try:
-        wordstats.check_stat(d["stat"])
-        wordstats.parse_exclude(d["exclude"] if isinstance(d["exclude"], (list, str)) else [d["exclude"]])
-    except wordstats.WordStatsError as err:
-        raise ConfigError(f"report definition: {err}".replace("--", "")) from None
-    if d["examples"]["pick"] not in ("shortest", "confident"):
-        raise ConfigError("report definition: examples.pick must be 'shortest' or 'confident'")
-    if d["highlight"]["layer"] != "last" and not isinstance(d["highlight"]["layer"], int):
-        raise ConfigError("report definition: highlight.layer must be 'last' or a layer number")
-
-
-def context(
-    store: str | Path, run_id: str | None, definition: dict, k: int | None = None, con=None, extra: dict | None = None
-) -> Context:
-    """Open the store, pick the run and settle k, min_count and the main method. ``con``: an open
-    connection to report on instead (e.g. ``query.open_union``: aggregates kept beside a run are
-    then not used); ``extra``: data for sections that need more than the store (nightly changes)."""
-    given = con is not None
-    con = con if given else open_store(store)
-    run = pick_run(con, run_id)
-    manifest = json.loads(run["manifest"])
-    summary = run_named(con, "summary", run_id=run["run_id"]).iloc[0].to_dict()
-    methods = run["methods"].split(",")
-    main = definition["main_method"]
-    if main == "auto":
-        main = "rollout" if "rollout" in methods else methods[0]
-    elif main not in methods:
-        raise ConfigError(f"report definition: main_method {main!r} is not in the run's methods {methods}")
-    min_docs = definition["min_docs"]
-    if min_docs == "auto":  # the one default of CLI, summary, report and nightly
-        min_docs = wordstats.default_min_docs(int(summary["n_docs"] or 0))
-    min_count = 1 if definition["min_count"] == "auto" else definition["min_count"]  # support is min_docs now
-    labels = {int(key): value for key, value in manifest.get("model", {}).get("labels", {}).items()}
-    return Context(
-        con=con,
-        run=run,
-        manifest=manifest,
-        summary=summary,
-        definition=definition,
-        labels=labels,
-        methods=methods,
-        main_method=main,
-        last_layer=int(run["n_layers"]),
-        k=int(k or definition["k"]),
-        min_count=int(min_count),
-        min_docs=int(min_docs),
-        stat=definition["stat"],
-        exclude=wordstats.parse_exclude(definition["exclude"]),
-        store=None if given else Path(store),
-        extra=dict(extra or {}),
-    )
-
-
-def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dict | None = None) -> list[Path]:
-    """The pipeline's aggregate stage: run the report's corpus-wide queries once, for the default
-    (or given) definition, and keep their small results beside the run (``store.write_aggregate``).
-    A report with other parameters recomputes what it needs from the views."""
-    if not isinstance(definition, dict):
-        definition = load_definition(definition)
-    ctx = context(store, run_id, definition, None)
-    ctx.store = None  # compute from the views, not from what an earlier call kept
-    build_sections(ctx, "aggregates")
-    kept = []
-    for (name, params), frame in ctx.cache.items():
-        if name in KEPT:
-            kept.append(write_aggregate(store, ctx.run_id, name, dict(params), frame))
-    return kept
 
 
 def build_sections(ctx: Context, what: str = "report") -> list[Section]:

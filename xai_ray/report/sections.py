@@ -12,24 +12,16 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 
-from xai_ray.query import wordstats
-from xai_ray.query.connection import run_named
 from xai_ray.report import charts
-from xai_ray.store.aggregates import read_aggregate
-
-# Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
-# beside the run, so building the report costs the same for 200 reviews or 25,000.
-KEPT = (
-    "report_topk_all",
-    "report_contrast",
-    "report_agreement",
-    "faithfulness_bootstrap",
-)  # report_faithfulness keeps its bootstrap summary the same way
+from xai_ray.report.blocks import Fragment, Section, number, percent
+from xai_ray.report.changes import since_last_night
+from xai_ray.report.context import Context
+from xai_ray.report.definition import SECTIONS
+from xai_ray.report.faithfulness import faithfulness
+from xai_ray.report.heads import heads
 
 CURVE_WORDS = 4
 MAX_CHART_ROWS = 4_500  # Altair refuses more than 5,000 rows per chart; stay clear of it
@@ -37,95 +29,9 @@ SHADES = 10  # highlight levels w0..w9, styled in report.py
 TAIL_CHARS = 300  # unscored text past max_length shown, at most, after a highlighted review
 
 
-@dataclass
-class Fragment:
-    """HTML assembled in this module from escaped pieces (a facts table, highlighted text)."""
-
-    html: str
-
-
-@dataclass
-class Section:
-    key: str
-    title: str
-    note: str = ""
-    items: list = field(default_factory=list)  # Altair charts and Fragments, in page order
-
-
-@dataclass
-class Context:
-    """What every builder may use: the open store, the run, its summary and the definition."""
-
-    con: Any
-    run: dict
-    manifest: dict
-    summary: dict
-    definition: dict
-    labels: dict[int, str]
-    methods: list[str]
-    main_method: str
-    last_layer: int
-    k: int
-    min_count: int
-    min_docs: int = 2
-    stat: str = "lift"
-    exclude: tuple = ("punct",)
-    store: Any = None  # the store's folder: aggregates kept beside the run are read from there
-    cache: dict = field(default_factory=dict)
-    extra: dict = field(default_factory=dict)  # what a caller hands its own sections (nightly: the night before)
-
-    @property
-    def run_id(self) -> str:
-        return self.run["run_id"]
-
-    def query(self, name: str, **params) -> pd.DataFrame:
-        """A named query of this run; cached, so sections sharing an aggregate scan once."""
-        key = (name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())))
-        if key not in self.cache:
-            kept = read_aggregate(self.store, self.run_id, name, params) if self.store and name in KEPT else None
-            self.cache[key] = kept if kept is not None else run_named(self.con, name, run_id=self.run_id, **params)
-        return self.cache[key]
-
-    def label(self, value) -> str:
-        try:
-            return self.labels.get(int(value), str(value))
-        except (TypeError, ValueError):
-            return str(value)
-
-    def word_params(self) -> dict:
-        """The top-k parameters of this report (``wordstats.query_params``), shared by every word chart."""
-        return wordstats.query_params(self.stat, self.min_docs, self.min_count, self.exclude)
-
-    def topk_all(self) -> pd.DataFrame:
-        top = wordstats.add_interval(self.query("report_topk_all", k=self.k, **self.word_params()))
-        return top.assign(group=top["group"].map(lambda g: g if g == "all" else self.label(g)))
-
-    def support_note(self) -> str:
-        """How this report's words were chosen and ranked, in one sentence for section notes."""
-        statistic = (
-            "lift (share of the review's score x its words; 1 = an even spread)"
-            if self.stat == "lift"
-            else "share of the review's score"
-        )
-        left_out = f"; {' and '.join(self.exclude)} left out" if self.exclude else ""
-        floor = f", at least {self.min_count} occurrences" if self.min_count > 1 else ""
-        return (
-            f"Words in at least {self.min_docs} reviews{floor}{left_out}, ranked by mean {statistic} per "
-            "review; bars show the 95% interval over reviews (t interval on the per-review means)."
-        )
-
-    def examples(self) -> pd.DataFrame:
-        spec = self.definition["examples"]
-        return self.query("report_examples", min_tokens=int(spec["min_tokens"]), pick=spec["pick"])
-
-
-def has_relation(con, name: str) -> bool:
-    """Whether the store's connection has a view or table ``name`` (sections of later features)."""
-    return bool(run_named(con, "relation_exists", relation=name).found.iloc[0])
-
-
 def summary(ctx: Context) -> Section:
     s, timings = ctx.summary, ctx.manifest.get("timings", {})
+    mean_probs = [(f"Mean P({ctx.label(c.cls)})", number(c.mean_prob)) for c in ctx.classes().itertuples()]
     facts = [
         ("Run", ctx.run_id),
         ("Created", ctx.run["created_at"]),
@@ -139,8 +45,7 @@ def summary(ctx: Context) -> Section:
         ("Errors", s["n_errors"]),
         ("Truncated", s["n_truncated"]),
         ("Accuracy", percent(s["accuracy"])),
-        (f"Mean P({ctx.label(1)})", number(s["mean_prob_pos"])),
-        (f"Mean P({ctx.label(0)})", number(s["mean_prob_neg"])),
+        *mean_probs,
         ("Mean tokens", number(s["mean_tokens"], ".1f")),
         ("Scoring + writing, s", timings.get("score_and_write_s")),
         ("Total, s", timings.get("total_s")),
@@ -154,6 +59,12 @@ def summary(ctx: Context) -> Section:
     return section
 
 
+def mean_probabilities(ctx: Context) -> str:
+    """``Mean class probabilities: negative 0.48, positive 0.52`` (every class of the model)."""
+    shown = ", ".join(f"{ctx.label(c.cls)} {number(c.mean_prob, '.2f')}" for c in ctx.classes().itertuples())
+    return f"Mean class probabilities: {shown}"
+
+
 def headline(ctx: Context) -> Section | None:
     top = ctx.topk_all()
     top = top[(top.method == ctx.main_method) & (top.layer == ctx.last_layer) & (top.group == "all")]
@@ -161,8 +72,7 @@ def headline(ctx: Context) -> Section | None:
         return None
     s = ctx.summary
     subtitle = [
-        f"Average positive probability: {number(s['mean_prob_pos'], '.2f')}, "
-        f"average negative probability: {number(s['mean_prob_neg'], '.2f')}",
+        mean_probabilities(ctx),
         f"Overall accuracy: {percent(s['accuracy'])} over {int(s['n_labelled'])} labelled reviews",
     ]
     title = f"Top {ctx.k} important words across all samples ({ctx.main_method}, layer {ctx.last_layer})"
@@ -232,6 +142,8 @@ def per_class(ctx: Context) -> Section | None:
 
 
 def contrast(ctx: Context) -> Section | None:
+    if not ctx.binary:
+        return None  # classes 0 and 1 of a k-class model are no opposites; per_class shows each class
     frame = ctx.query("report_contrast", method=ctx.main_method, layer=ctx.last_layer, k=ctx.k, **ctx.word_params())
     if frame.empty:
         return None  # one predicted class only, or no word common to both
@@ -250,7 +162,7 @@ def _example_title(ctx: Context, example) -> str:
     verdict = "correct" if example.correct else "wrong"
     return (
         f"Review {example.doc_id}: true {ctx.label(example.label)}, predicted {ctx.label(example.pred)} "
-        f"({verdict}, P({ctx.label(1)})={number(example.prob_pos, '.2f')})"
+        f"({verdict}, P({ctx.label(example.pred)})={number(example.confidence, '.2f')})"
     )
 
 
@@ -371,20 +283,6 @@ def _fact(value) -> str:
     return str(value)
 
 
-def percent(value) -> str:
-    return "n/a" if value is None or pd.isna(value) else f"{value:.1%}"
-
-
-def number(value, fmt: str = ".3f") -> str:
-    return "n/a" if value is None or pd.isna(value) else format(value, fmt)
-
-
-def faithfulness(ctx: Context) -> Section | None:
-    from xai_ray.report.faithfulness import faithfulness as build  # its own module (it imports this one)
-
-    return build(ctx)
-
-
 BUILDERS: dict[str, Callable[[Context], Section | None]] = {
     "summary": summary,
     "headline": headline,
@@ -396,10 +294,7 @@ BUILDERS: dict[str, Callable[[Context], Section | None]] = {
     "highlights": highlights,
     "agreement": agreement,
     "faithfulness": faithfulness,
+    "heads": heads,
+    "since_last_night": since_last_night,
 }
-# Sections in modules of their own (they build on the classes above)
-from xai_ray.report.changes import since_last_night  # noqa: E402  (imports nothing of this module at load)
-from xai_ray.report.heads import heads  # noqa: E402
-
-BUILDERS["heads"] = heads
-BUILDERS["since_last_night"] = since_last_night
+assert tuple(BUILDERS) == SECTIONS, "report.definition.SECTIONS names every builder, in order"

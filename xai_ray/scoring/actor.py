@@ -4,6 +4,9 @@ Rows (``xai_ray.scoring.rows``) carry the prediction, tokens, words and every me
 scores; a document that cannot be scored becomes an ``error`` row and the rest of the batch is
 kept. The same class runs inside Ray Data actors and directly in a notebook or test: it knows
 nothing of Ray. Methods that would stall a GPU run after it (``xai_ray.scoring.deferred``).
+
+Over 300 lines: the actor's one batch loop with its fallbacks (out-of-memory halving, one
+document at a time) and the windowed and gradient paths that share them.
 """
 
 from __future__ import annotations
@@ -19,15 +22,16 @@ from xai_ray.methods import get_method
 from xai_ray.model.batching import token_budget_batches
 from xai_ray.model.recovery import is_out_of_memory, prefix_for_tokenizer, release_memory
 from xai_ray.scoring import segments
+from xai_ray.scoring.gradient_pass import GradientPasses, captures_for, ig_summary
 from xai_ray.scoring.rows import (
     document_row,
     error_row,
+    explained_columns,
     head_columns,
     missing,
     row_schema,
     score_columns,
     text_problem,
-    timed_method_columns,
 )
 from xai_ray.scoring.settings import ScorerConfig
 from xai_ray.words import word_index
@@ -44,7 +48,7 @@ class Scorer:
         import torch
         import transformers
 
-        from xai_ray.model.loading import load_model
+        from xai_ray.model.loading import label_names, load_model
 
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
@@ -66,6 +70,11 @@ class Scorer:
         self.options = config.attention_options()
         self.methods = {name: get_method(name, self.options) for name in config.methods}
         self.deferred = set(config.deferred_methods)
+        labels = label_names(self.model.config, self.model.config.num_labels)
+        # the backward passes of the class-specific methods (none when the run has none of them)
+        self.gradients = GradientPasses(
+            self.model, self.methods, config.target, labels, config.ig_steps, self.token_budget
+        )
         # long reviews (xai_ray.scoring.segments): head keeps the plain path; head_tail and window cut and merge
         self.long_text = segments.resolve_mode(config.long_text, config.model)
         self.stride = config.window_stride
@@ -168,8 +177,14 @@ class Scorer:
         forward_s = (time.perf_counter() - started) / len(chosen)  # the batch's forward, shared out
         lengths = encoding["attention_mask"].sum(dim=1).tolist()
         heads = head_columns(collector, len(chosen))
+        captured, targets, problems, pass_s = captures_for(
+            self.gradients, model_inputs, probs.argmax(axis=1).tolist(), [labels[i] for i in chosen]
+        )
         rows = []
         for b, i in enumerate(chosen):
+            if problems[b]:  # recorded per row, the job goes on
+                rows.append(self._error_row(ids[i], labels[i], problems[b]))
+                continue
             n = int(lengths[b])
             index, n_words = word_index(encoding.word_ids(b)[:n])
             row = document_row(
@@ -187,16 +202,18 @@ class Scorer:
                 forward_s=forward_s,
             )
             doc_attention = fused[b, :, :n, :n]  # (L, n, n): padding sliced away
+            row["seconds"].update(pass_s)
+            row.update(target=targets[b], **ig_summary([captured[b]]))
             for name, method in self.methods.items():
                 if name in self.deferred:
                     continue
-                row.update(timed_method_columns(name, method, doc_attention, index, n_words, row["seconds"]))
+                found = {"attention": doc_attention, **captured[b]}
+                row.update(explained_columns(name, method, found, fused.shape[1], index, n_words, row["seconds"]))
             if self.deferred:
                 row["attention"] = doc_attention.astype(np.float32).ravel()  # for the CPU stage
             row.update(heads[b])
             rows.append(row)
-        if self.evaluator is not None:
-            self.evaluator.add_metrics(rows, model_inputs["input_ids"], model_inputs["attention_mask"])
+        self._evaluate(rows, model_inputs, problems)
         return rows
 
     def _forward(self, encoding: dict, collector):
@@ -254,9 +271,19 @@ class Scorer:
         forward_s = (time.perf_counter() - started) / len(chosen)
         heads = head_columns(collector, len(owners))
         before, after = segments.special_layout(self.tokenizer)
+        windows_of = {i: [r for r, (owner, _) in enumerate(owners) if owner == i] for i in chosen}
+        preds = {
+            i: int(probs[windows_of[i]].mean(axis=0).argmax()) for i in chosen
+        }  # a review's windows share its class
+        captured, targets, problems, pass_s = captures_for(
+            self.gradients, model_inputs, [preds[i] for i, _ in owners], [labels[i] for i, _ in owners]
+        )
         rows = []
         for i in chosen:
-            seg, mine = plans[i], [r for r, (owner, _) in enumerate(owners) if owner == i]
+            seg, mine = plans[i], windows_of[i]
+            if problems[mine[0]]:  # recorded per row, the job goes on
+                rows.append(self._error_row(ids[i], labels[i], problems[mine[0]]))
+                continue
             lengths = [len(seg.inputs[w]) for w in range(len(mine))]
             word_ids, offsets, token_ids = segments.merged_layout(seg, before, after)
             index, n_words = word_index(word_ids)
@@ -275,20 +302,29 @@ class Scorer:
                 forward_s=forward_s,
             )
             windows = [fused[r, :, :n, :n] for r, n in zip(mine, lengths)]  # (L, n_w, n_w) each
+            found = [{"attention": a, **captured[r]} for a, r in zip(windows, mine)]
+            row["seconds"].update({key: value * len(mine) for key, value in pass_s.items()})
+            row.update(target=targets[mine[0]], **ig_summary([captured[r] for r in mine]))
             for name, method in self.methods.items():
                 if name in self.deferred:
                     continue
                 begun = time.perf_counter()
-                merged = segments.merge(seg, [method.attribute(a) for a in windows], before)  # (L, n)
-                row.update(score_columns(name, merged, index, n_words))
+                merged = segments.merge(seg, [method.explain(f, fused.shape[1]) for f in found], before)  # (L, n)
+                row.update(score_columns(name, merged, index, n_words, method.signed))
                 row["seconds"][name] = time.perf_counter() - begun
             if self.deferred:  # only single-input reviews get here (pipeline.score keeps windows on the actor)
                 row["attention"] = windows[0].astype(np.float32).ravel()
             row.update(heads[mine[0]])
             rows.append(row)
-        if self.evaluator is not None:  # head_tail only (the config refuses windows with --evaluate)
-            self.evaluator.add_metrics(rows, model_inputs["input_ids"], model_inputs["attention_mask"])
+        self._evaluate(rows, model_inputs, problems)  # head_tail only: the config refuses windows with --evaluate
         return rows
+
+    def _evaluate(self, rows: list[dict], model_inputs: dict, problems: list) -> None:
+        """Faithfulness of the scored rows (``--evaluate``); inputs whose document became an error are left out."""
+        if self.evaluator is not None:
+            kept = [r for r, problem in enumerate(problems) if not problem]
+            inputs = [model_inputs[k][kept] for k in ("input_ids", "attention_mask")]
+            self.evaluator.add_metrics([row for row in rows if not row.get("error")], *inputs)
 
     def _head_collector(self, input_ids, attention_mask, sampled: list[bool]):
         """The per-head statistics collector of one forward pass, or None when heads are off."""
@@ -304,13 +340,15 @@ class Scorer:
         if not config.evaluate:
             return None
         from xai_ray.scoring.evaluation import Evaluator
+        from xai_ray.scoring.faithfulness import GRADIENT
 
         return Evaluator(
             self.model,
             self.tokenizer,
             self.device,
             self.token_budget,
-            [m for m in self.methods if m not in self.deferred],
+            # a stored input_x_gradient is the evaluation's own baseline (the same function), evaluated once as that
+            [m for m in self.methods if m not in self.deferred and m != GRADIENT],
             fractions=config.evaluate_fractions,
             seed=config.seed,
             share=config.evaluate_share,

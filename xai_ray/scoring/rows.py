@@ -33,6 +33,11 @@ ROW_FIELDS = [
     pa.field("error", pa.string()),
     pa.field("model_fingerprint", pa.string()),
     pa.field("seconds", pa.map_(pa.string(), pa.float64())),  # per stage, for the manifest's timings
+    # the class the class-specific methods explained (null when the run has none), and integrated
+    # gradients' f(x) - f(baseline) and completeness error (null without integrated_gradients)
+    pa.field("target", pa.int64()),
+    pa.field("ig_delta", pa.float64()),
+    pa.field("ig_completeness_error", pa.float64()),
     *FAITHFULNESS_FIELDS,  # filled when the run evaluates (--evaluate), else null
 ]
 
@@ -61,14 +66,24 @@ def method_columns(name: str, method, attention: np.ndarray, index: np.ndarray, 
     return score_columns(name, method.attribute(attention), index, n_words)  # (L, n) scores
 
 
-def score_columns(name: str, scores: np.ndarray, index: np.ndarray, n_words: int) -> dict:
-    """A method's (L, n) token scores -> its row columns: token scores, word sums, renormalised words."""
+def score_columns(name: str, scores: np.ndarray, index: np.ndarray, n_words: int, signed: bool = False) -> dict:
+    """A method's (L, n) token scores -> its row columns: token scores, word sums, renormalised
+    words (``signed`` methods: absolute values sum to 1)."""
     word_raw = merge_scores(scores, index, n_words)  # (L, W)
     return {
         f"scores_{name}": scores.astype(np.float32).ravel(),
         f"word_raw_{name}": word_raw.astype(np.float32).ravel(),
-        f"word_scores_{name}": normalise(word_raw).astype(np.float32).ravel(),
+        f"word_scores_{name}": normalise(word_raw, signed).astype(np.float32).ravel(),
     }
+
+
+def explained_columns(name: str, method, captured: dict, n_layers: int, index, n_words: int, seconds: dict) -> dict:
+    """A method's row columns from a document's captures (``Method.explain``), its seconds added
+    to ``seconds[name]``."""
+    started = time.perf_counter()
+    columns = score_columns(name, method.explain(captured, n_layers), index, n_words, method.signed)
+    seconds[name] = time.perf_counter() - started
+    return columns
 
 
 def timed_method_columns(name, method, attention, index, n_words, seconds: dict) -> dict:

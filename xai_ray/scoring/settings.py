@@ -37,6 +37,8 @@ class ScorerConfig:
     head_fusion: str = RUN_DEFAULTS["head_fusion"]
     discard_ratio: float = RUN_DEFAULTS["discard_ratio"]
     start_layer: int = RUN_DEFAULTS["start_layer"]
+    target: str | int = RUN_DEFAULTS["target"]
+    ig_steps: int = RUN_DEFAULTS["ig_steps"]
     heads: bool = RUN_DEFAULTS["heads"]
     heads_sample_rows: int = RUN_DEFAULTS["heads_sample_rows"]
     # faithfulness (--evaluate)

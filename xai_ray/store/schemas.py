@@ -11,12 +11,17 @@ DOCS = pa.schema(
         ("doc_id", pa.string()),
         ("label", pa.int64()),
         ("pred", pa.int64()),
-        ("prob_pos", pa.float32()),
-        ("probs", pa.list_(pa.float32())),
+        ("prob_pos", pa.float32()),  # P(class 1) of a two-class model, null with more classes
+        ("probs", pa.list_(pa.float32())),  # every class's probability, in class-index order
         ("n_tokens", pa.int32()),
         ("n_words", pa.int32()),
         ("truncated", pa.bool_()),
         ("text", pa.string()),
+        # the class the class-specific methods explained (null when the run has none of them)
+        ("target", pa.int64()),
+        # integrated_gradients: f(x) - f(baseline) of f = log p_target, and |sum of attributions - that|
+        ("ig_delta", pa.float64()),
+        ("ig_completeness_error", pa.float64()),
     ]
 )
 TOKENS = pa.schema(

@@ -136,7 +136,7 @@ def _add_scored(out: PartTables, scored: pa.Table, methods: list[str]) -> None:
     prob_values = _flat(probs).to_numpy(zero_copy_only=False)
     prob_lengths = _lengths(probs)
     prob_starts = np.cumsum(prob_lengths) - prob_lengths
-    has_pos = prob_lengths > 1
+    has_pos = prob_lengths == 2  # P(class 1) of a two-class model; with more classes no class is "the positive" one
     prob_pos = np.where(has_pos, prob_values[np.minimum(prob_starts + 1, max(len(prob_values) - 1, 0))], 0.0)
     docs = pa.Table.from_arrays(
         [
@@ -149,6 +149,10 @@ def _add_scored(out: PartTables, scored: pa.Table, methods: list[str]) -> None:
             pa.array(n_words.astype(np.int32)),
             column("truncated").combine_chunks(),
             column("text").combine_chunks(),
+            *(
+                _optional(scored, name, DOCS.field(name).type)
+                for name in ("target", "ig_delta", "ig_completeness_error")
+            ),
         ],
         schema=DOCS,
     )
@@ -200,6 +204,13 @@ def _add_scored(out: PartTables, scored: pa.Table, methods: list[str]) -> None:
                 schema=WORDS_ENCODED,
             )
             out.add(f"words/{where}", words, "words")
+
+
+def _optional(rows: pa.Table, name: str, kind: pa.DataType) -> pa.Array:
+    """A column the scorer fills only for some methods (``target``, ``ig_delta``...), else nulls."""
+    if name not in rows.column_names:
+        return pa.nulls(rows.num_rows, kind)
+    return rows.column(name).combine_chunks().cast(kind)
 
 
 def _layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):

@@ -1,7 +1,7 @@
 -- The documents one night scored, as they stand in the union of nightly runs: the "new
 -- documents" of the since-last-night section. Parameters: $run_id (the union), $source_run_id.
 with tonight as (
-    select doc_id, label, pred, prob_pos, n_tokens, text
+    select doc_id, label, pred, probs, n_tokens, text
     from docs
     where run_id = $run_id and source_run_id = $source_run_id
 ),
@@ -11,7 +11,7 @@ final as (
         doc_id,
         label,
         pred,
-        prob_pos,
+        probs[pred + 1] as confidence,
         n_tokens,
         left(coalesce(text, ''), 200) as excerpt
     from tonight

@@ -1,5 +1,6 @@
 -- Words an explanation weighs more in reviews predicted positive (class 1) than in reviews
--- predicted negative (class 0), and the reverse: the $k largest gaps of the mean per-document
+-- predicted negative (class 0), and the reverse (two-class models only: the report leaves this
+-- out for more classes, where classes 0 and 1 are no opposites): the $k largest gaps of the mean per-document
 -- $stat (as topk.sql) on each side. A gap is between two measured means, so a word must be in
 -- at least $min_docs documents (and $min_count occurrences) of each of the two groups.
 -- Parameters: $run_id, $method, $layer, $stat, $min_docs, $min_count, $exclude_punct, $stopwords, $k.

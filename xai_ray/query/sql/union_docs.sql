@@ -3,7 +3,12 @@
 -- scored it is kept in source_run_id.
 with parts as (
     select *
-    from read_parquet(getvariable('files_docs'), hive_partitioning = true, hive_types = {'run_id': VARCHAR})
+    from read_parquet(
+        getvariable('files_docs'),
+        hive_partitioning = true,
+        union_by_name = true,  -- runs written before target/ig_delta/ig_completeness_error existed read them as null
+        hive_types = {'run_id': VARCHAR}
+    )
 ),
 
 ranked as (

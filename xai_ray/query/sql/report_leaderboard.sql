@@ -1,0 +1,78 @@
+-- The faithfulness leaderboard of one run: every method of its faithfulness table, ranked by
+-- the mean over documents of $metric (higher = more faithful, e.g. comprehensiveness_aopc).
+-- A method with layers gets two rows, its best layer (highest mean; chosen on these same
+-- documents, so its mean is optimistic) and its last layer, or one row when they are the same
+-- layer; a method without layers (the baselines) one row. Any method name is taken as it comes.
+-- Intervals: normal approximation over documents, mean +- 1.959964 x sd / sqrt(n_docs) (sd the
+-- sample standard deviation of the per-document values; null below two documents). gain is the
+-- paired difference from the floor method $floor on the same documents (mean and interval as
+-- above): whether a method beats the floor is read from it, not from two overlapping intervals.
+-- Parameters: $run_id, $metric, $floor.
+with metric_values as (
+    select method, layer, doc_id, value
+    from faithfulness
+    where run_id = $run_id and metric = $metric and value is not null
+),
+
+floor_values as (
+    select doc_id, value as floor_value
+    from metric_values
+    where method = $floor
+),
+
+per_slice as (
+    select
+        metric_values.method,
+        metric_values.layer,
+        count(*) as n_docs,
+        avg(metric_values.value) as mean,
+        stddev_samp(metric_values.value) as sd,
+        count(floor_values.floor_value) as n_paired,
+        avg(metric_values.value - floor_values.floor_value) as gain,
+        stddev_samp(metric_values.value - floor_values.floor_value) as gain_sd
+    from metric_values
+    left join floor_values on metric_values.doc_id = floor_values.doc_id
+    group by metric_values.method, metric_values.layer
+),
+
+placed as (
+    select
+        *,
+        row_number() over (partition by method order by mean desc, layer) = 1 as is_best,
+        layer = max(layer) over (partition by method) as is_last
+    from per_slice
+),
+
+chosen as (
+    select
+        *,
+        case
+            when layer is null then 'no layers'
+            when is_best and is_last then 'best and last layer'
+            when is_best then 'best layer'
+            else 'last layer'
+        end as which
+    from placed
+    where layer is null or is_best or is_last
+),
+
+final as (
+    select
+        cast(row_number() over (order by mean desc, method, layer) as integer) as rank,
+        method,
+        layer,
+        which,
+        mean,
+        mean - 1.959964 * sd / sqrt(n_docs) as lo,
+        mean + 1.959964 * sd / sqrt(n_docs) as hi,
+        n_docs,
+        method = $floor as is_floor,
+        case when method <> $floor then gain end as gain,
+        case when method <> $floor then gain - 1.959964 * gain_sd / sqrt(n_paired) end as gain_lo,
+        case when method <> $floor then gain + 1.959964 * gain_sd / sqrt(n_paired) end as gain_hi,
+        n_paired
+    from chosen
+)
+
+select * from final
+order by rank

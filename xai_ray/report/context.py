@@ -1,0 +1,153 @@
+"""What every report section may use: the open store, the run, its summary, the definition's
+parameters, and a cache of named queries (aggregates kept beside the run are read from there)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from xai_ray.config import ConfigError
+from xai_ray.query import wordstats
+from xai_ray.query.connection import open_store, pick_run, run_named
+from xai_ray.store.aggregates import read_aggregate
+
+# Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
+# beside the run (``report.aggregates``), so building the report costs the same for 200 reviews or 25,000.
+KEPT = ("report_topk_all", "report_contrast", "report_agreement", "report_leaderboard")
+
+
+@dataclass
+class Context:
+    """What every builder may use: the open store, the run, its summary and the definition."""
+
+    con: Any
+    run: dict
+    manifest: dict
+    summary: dict
+    definition: dict
+    labels: dict[int, str]
+    methods: list[str]
+    main_method: str
+    last_layer: int
+    k: int
+    min_count: int
+    min_docs: int = 2
+    stat: str = "lift"
+    exclude: tuple = ("punct",)
+    store: Any = None  # the store's folder: aggregates kept beside the run are read from there
+    cache: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # what a caller hands its own sections (nightly: the night before)
+
+    @property
+    def run_id(self) -> str:
+        return self.run["run_id"]
+
+    def query(self, name: str, **params) -> pd.DataFrame:
+        """A named query of this run; cached, so sections sharing an aggregate scan once."""
+        key = (name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())))
+        if key not in self.cache:
+            kept = read_aggregate(self.store, self.run_id, name, params) if self.store and name in KEPT else None
+            self.cache[key] = kept if kept is not None else run_named(self.con, name, run_id=self.run_id, **params)
+        return self.cache[key]
+
+    def label(self, value) -> str:
+        try:
+            return self.labels.get(int(value), str(value))
+        except (TypeError, ValueError):
+            return str(value)
+
+    @property
+    def binary(self) -> bool:
+        """Two classes: the only case where class 1 against class 0 means something (contrast, P(pos))."""
+        return (len(self.labels) or len(self.classes())) == 2  # a manifest without labels: count the outputs
+
+    def classes(self) -> pd.DataFrame:
+        """Per class of the model (``sql/class_summary.sql``): cls, mean_prob, predicted, labelled, correct."""
+        return self.query("class_summary").rename(columns={"class": "cls"})
+
+    def word_params(self) -> dict:
+        """The top-k parameters of this report (``wordstats.query_params``), shared by every word chart."""
+        return wordstats.query_params(self.stat, self.min_docs, self.min_count, self.exclude)
+
+    def topk_params(self) -> dict:
+        return {"k": self.k, **self.word_params()}
+
+    def contrast_params(self) -> dict:
+        return {"method": self.main_method, "layer": self.last_layer, "k": self.k, **self.word_params()}
+
+    def agreement_params(self) -> dict:
+        spec = self.definition["agreement"]
+        return {"layer": self.last_layer, "bins": int(spec["bins"]), "max_docs": int(spec["max_docs"])}
+
+    def topk_all(self) -> pd.DataFrame:
+        top = wordstats.add_interval(self.query("report_topk_all", **self.topk_params()))
+        return top.assign(group=top["group"].map(lambda g: g if g == "all" else self.label(g)))
+
+    def support_note(self) -> str:
+        """How this report's words were chosen and ranked, in one sentence for section notes."""
+        statistic = (
+            "lift (share of the review's score x its words; 1 = an even spread)"
+            if self.stat == "lift"
+            else "share of the review's score"
+        )
+        left_out = f"; {' and '.join(self.exclude)} left out" if self.exclude else ""
+        floor = f", at least {self.min_count} occurrences" if self.min_count > 1 else ""
+        return (
+            f"Words in at least {self.min_docs} reviews{floor}{left_out}, ranked by mean {statistic} per "
+            "review; bars show the 95% interval over reviews (t interval on the per-review means)."
+        )
+
+    def examples(self) -> pd.DataFrame:
+        spec = self.definition["examples"]
+        return self.query("report_examples", min_tokens=int(spec["min_tokens"]), pick=spec["pick"])
+
+
+def has_relation(con, name: str) -> bool:
+    """Whether the store's connection has a view or table ``name`` (sections of later features)."""
+    return bool(run_named(con, "relation_exists", relation=name).found.iloc[0])
+
+
+def context(
+    store: str | Path, run_id: str | None, definition: dict, k: int | None = None, con=None, extra: dict | None = None
+) -> Context:
+    """Open the store, pick the run and settle k, min_count and the main method. ``con``: an open
+    connection to report on instead (e.g. ``query.open_union``: aggregates kept beside a run are
+    then not used); ``extra``: data for sections that need more than the store (nightly changes)."""
+    given = con is not None
+    con = con if given else open_store(store)
+    run = pick_run(con, run_id)
+    manifest = json.loads(run["manifest"])
+    summary = run_named(con, "summary", run_id=run["run_id"]).iloc[0].to_dict()
+    methods = run["methods"].split(",")
+    main = definition["main_method"]
+    if main == "auto":
+        main = "rollout" if "rollout" in methods else methods[0]
+    elif main not in methods:
+        raise ConfigError(f"report definition: main_method {main!r} is not in the run's methods {methods}")
+    min_docs = definition["min_docs"]
+    if min_docs == "auto":  # the one default of CLI, summary, report and nightly
+        min_docs = wordstats.default_min_docs(int(summary["n_docs"] or 0))
+    min_count = 1 if definition["min_count"] == "auto" else definition["min_count"]  # support is min_docs now
+    labels = {int(key): value for key, value in manifest.get("model", {}).get("labels", {}).items()}
+    return Context(
+        con=con,
+        run=run,
+        manifest=manifest,
+        summary=summary,
+        definition=definition,
+        labels=labels,
+        methods=methods,
+        main_method=main,
+        last_layer=int(run["n_layers"]),
+        k=int(k or definition["k"]),
+        min_count=int(min_count),
+        min_docs=int(min_docs),
+        stat=definition["stat"],
+        exclude=wordstats.parse_exclude(definition["exclude"]),
+        store=None if given else Path(store),
+        extra=dict(extra or {}),
+    )

@@ -1,0 +1,85 @@
+"""The report definition: which sections, in which order, with which word statistics
+(``reports/default.yaml``, or ``--definition PATH``), read over ``DEFAULTS`` and checked."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+from xai_ray.config import ConfigError
+from xai_ray.query import wordstats
+
+# Every section a definition may name, in the default order (report.sections.BUILDERS has one builder each).
+SECTIONS = (
+    "summary",
+    "headline",
+    "explorer",
+    "per_method",
+    "per_class",
+    "contrast",
+    "layers",
+    "highlights",
+    "agreement",
+    "faithfulness",
+    "heads",
+    "since_last_night",
+)
+DEFAULT_DEFINITION = Path(__file__).resolve().parents[2] / "reports" / "default.yaml"
+# The same values as reports/default.yaml (a test keeps them equal), for installs without it.
+DEFAULTS = {
+    "k": 20,
+    "stat": "lift",
+    "min_docs": "auto",
+    "min_count": 1,
+    "exclude": ["punct"],
+    "main_method": "auto",
+    "sections": list(SECTIONS),
+    "examples": {"min_tokens": 20, "pick": "shortest", "max_words": 60},
+    "highlight": {"methods": ["raw", "rollout", "flow"], "layer": "last"},
+    "agreement": {"bins": 20, "max_docs": 2000},
+}
+
+
+def load_definition(path: str | Path | None = None) -> dict:
+    """The report definition at ``path`` (default: reports/default.yaml) over ``DEFAULTS``, checked."""
+    definition = copy.deepcopy(DEFAULTS)
+    source = Path(path) if path else DEFAULT_DEFINITION
+    if path and not source.is_file():
+        raise ConfigError(f"report definition {str(path)!r} does not exist")
+    given = (yaml.safe_load(source.read_text()) or {}) if source.is_file() else {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"report definition {str(source)!r} must be a mapping of keys to values")
+    for key, value in given.items():
+        if key not in DEFAULTS:
+            raise ConfigError(f"report definition: unknown key {key!r}; known: {', '.join(DEFAULTS)}")
+        if isinstance(DEFAULTS[key], dict):
+            if not isinstance(value, dict) or set(value) - set(DEFAULTS[key]):
+                raise ConfigError(f"report definition: {key!r} takes the keys {', '.join(DEFAULTS[key])}")
+            definition[key].update(value)
+        else:
+            definition[key] = value
+    _check(definition)
+    return definition
+
+
+def _check(d: dict) -> None:
+    unknown = [s for s in d["sections"] if s not in SECTIONS]
+    if unknown:
+        raise ConfigError(f"report definition: unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+    if not (isinstance(d["k"], int) and d["k"] >= 1):
+        raise ConfigError("report definition: k must be a positive integer")
+    if d["min_count"] != "auto" and not (isinstance(d["min_count"], int) and d["min_count"] >= 1):
+        raise ConfigError("report definition: min_count must be a positive integer")
+    if d["min_docs"] != "auto" and not (isinstance(d["min_docs"], int) and d["min_docs"] >= 1):
+        raise ConfigError("report definition: min_docs must be 'auto' or a positive integer")
+    try:
+        wordstats.check_stat(d["stat"])
+        wordstats.parse_exclude(d["exclude"] if isinstance(d["exclude"], (list, str)) else [d["exclude"]])
+    except wordstats.WordStatsError as err:
+        raise ConfigError(f"report definition: {err}".replace("--", "")) from None
+    if d["examples"]["pick"] not in ("shortest", "confident"):
+        raise ConfigError("report definition: examples.pick must be 'shortest' or 'confident'")
+    if d["highlight"]["layer"] != "last" and not isinstance(d["highlight"]["layer"], int):
+        raise ConfigError("report definition: highlight.layer must be 'last' or a layer number")

@@ -1,0 +1,123 @@
+"""The faithfulness leaderboard: every method of a run's faithfulness table ranked by
+comprehensiveness AOPC (DeYoung et al. 2020, ERASER), with 95% intervals, the random floor, and
+what each method cost per review.
+
+Rows come from ``sql/report_leaderboard.sql`` (any method name, layered or not; a layered
+method's best and last layer); costs from the manifest's ``timings.actor_seconds``, which the
+scoring actors fill per method under the method's own name, plus the backward pass a gradient
+method reads (``scoring.gradient_pass``), and the evaluation's input x gradient under ``gradient``. Nothing here knows the list of methods, so methods added later
+rank as they come.
+"""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+
+from xai_ray.report.blocks import number
+from xai_ray.scoring.faithfulness import GRADIENT, RANDOM
+from xai_ray.scoring.gradient_pass import pass_seconds_key
+
+METRIC = "comprehensiveness_aopc"
+PARAMS = {"metric": METRIC, "floor": RANDOM}
+# Methods timed under another name: the evaluation's own input x gradient is one backward per batch.
+TIMED_AS = {GRADIENT: "gradient"}
+FORWARD = "forward"  # the capture forward every attention method reads, timed once per review
+
+
+def board_with_costs(board: pd.DataFrame, manifest: dict, n_docs: int) -> pd.DataFrame:
+    """The leaderboard rows plus ``entry`` (a label per row), ``seconds`` (actor-seconds per review
+    of the method; NaN where the manifest has no timing for it) and ``x_forward`` (that over the
+    capture forward's seconds per review).
+
+    A stored method ran on every review this attempt scored (``resumed.docs_scored_now`` of a
+    resumed run); the evaluation's gradient on the evaluated share of them."""
+    spent = manifest.get("timings", {}).get("actor_seconds", {}) or {}
+    scored = int((manifest.get("resumed") or {}).get("docs_scored_now") or n_docs or 0)
+    evaluated = int(board["n_docs"].max()) if len(board) else 0
+    evaluated_now = evaluated * scored / n_docs if n_docs else 0  # a resumed run timed only its part
+    forward = spent[FORWARD] / scored if spent.get(FORWARD) and scored else None
+
+    def seconds(method: str) -> float | None:
+        if method in spent and scored:
+            return (spent[method] + spent.get(pass_seconds_key(method), 0.0)) / scored
+        alias = TIMED_AS.get(method)
+        if alias in spent and evaluated_now:
+            return spent[alias] / evaluated_now
+        return None
+
+    frame = board.copy()
+    frame["entry"] = [_entry(r.method, r.layer, r.which) for r in frame.itertuples()]
+    frame["seconds"] = pd.array([seconds(m) for m in frame["method"]], dtype="Float64").astype(float)
+    frame["x_forward"] = frame["seconds"] / forward if forward else float("nan")
+    frame.attrs["forward_seconds"] = forward
+    return frame
+
+
+def _entry(method: str, layer, which: str) -> str:
+    if pd.isna(layer):
+        return method
+    short = {"best and last layer": "best, last", "best layer": "best", "last layer": "last"}.get(which, which)
+    return f"{method}, layer {int(layer)} ({short})"
+
+
+def note(board: pd.DataFrame) -> str:
+    """How to read the leaderboard, in a few sentences, with the run's own numbers."""
+    forward = board.attrs.get("forward_seconds")
+    floor = board[board["is_floor"]]
+    above = board[~board["is_floor"] & (board["gain_lo"] > 0)]["entry"].tolist()
+    parts = [
+        "Every method of the evaluation ranked by comprehensiveness AOPC (the drop in the predicted "
+        "class's probability when the method's top tokens are removed, averaged over the shares; higher = "
+        "more faithful). A method with layers appears at its best layer and at its last layer; the best "
+        "layer is picked on these same reviews, so its mean is optimistic.",
+        "Intervals: 95%, normal approximation over reviews (mean +- 1.96 x sd / sqrt(reviews)).",
+    ]
+    if not floor.empty:
+        row = floor.iloc[0]
+        parts.append(
+            f"Grey band: the random ranking's interval ({number(row['lo'], '.3f')} to {number(row['hi'], '.3f')}), "
+            "the floor. Above it on the same reviews (paired difference's interval above 0): "
+            + (", ".join(above) if above else "none")
+            + "."
+        )
+    if forward:
+        parts.append(
+            f"Cost: actor-seconds per review of the method itself, beside the capture forward's "
+            f"{number(forward, '.4f')} s that every attention method shares; random is not timed."
+        )
+    return " ".join(parts)
+
+
+def table(board: pd.DataFrame) -> str:
+    """The leaderboard as an HTML table: rank, entry, mean [lo, hi], gain over the floor, reviews, cost."""
+    rows = []
+    for r in board.itertuples():
+        gain = "" if pd.isna(r.gain) else f"{r.gain:+.3f} [{r.gain_lo:+.3f}, {r.gain_hi:+.3f}]"
+        cost = "n/a" if pd.isna(r.seconds) else f"{r.seconds:.4f}"
+        ratio = "" if pd.isna(r.x_forward) else f"{r.x_forward:.2f}x"
+        style = " style='font-style:italic'" if r.is_floor else ""
+        cells = [
+            str(r.rank),
+            html.escape(r.entry),
+            html.escape(f"{r.mean:.3f} [{number(r.lo, '.3f')}, {number(r.hi, '.3f')}]"),
+            html.escape(gain),
+            str(int(r.n_docs)),
+            cost,
+            ratio,
+        ]
+        rows.append(f"<tr{style}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "rank",
+            "method",
+            "comprehensiveness AOPC [95% CI]",
+            "minus random, same reviews [95% CI]",
+            "reviews",
+            "seconds per review",
+            "x capture forward",
+        )
+    )
+    return f"<table class='faithfulness leaderboard'><tr>{head}</tr>{''.join(rows)}</table>"
