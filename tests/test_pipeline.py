@@ -112,10 +112,15 @@ def test_words_sum_to_one_per_document_method_layer(imdb_store):
 
 def per_document(words: pd.DataFrame, stat: str) -> pd.DataFrame:
     """Independent reference of the per-document word values: pieces of a joined contraction summed
-    (span_id), lift = share x the document's units, then the mean over a word's units in the document."""
-    units = words.groupby(["doc_id", "span_id"]).agg(word=("joined", "first"), share=("score", "sum")).reset_index()
+    (span_id), lift = the unit's share x the document's words / the unit's words (1 = an even
+    spread), then the mean over a word's units in the document."""
+    units = (
+        words.groupby(["doc_id", "span_id"])
+        .agg(word=("joined", "first"), share=("score", "sum"), pieces=("score", "size"))
+        .reset_index()
+    )
     units["word"] = units.word.str.lower()
-    units["lift"] = units.share * units.groupby("doc_id").span_id.transform("size")
+    units["lift"] = units.share * units.doc_id.map(words.groupby("doc_id").size()) / units.pieces
     return units.groupby(["word", "doc_id"]).agg(value=(stat, "mean"), occurrences=(stat, "size")).reset_index()
 
 

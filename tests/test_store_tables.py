@@ -2,8 +2,8 @@
 
 The expected tables are rebuilt here document by document in plain Python from the scorer rows
 (the rules the README states: one tokens row per position, word_id null for special tokens, a
-layer left out when the method does not define it, lift = share x the review's units), so the
-Arrow code is checked against an independent reading of the same rows."""
+layer left out when the method does not define it, lift = share x the review's words / the words
+of the word's unit), so the Arrow code is checked against an independent reading of the same rows."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def expected(rows: pa.Table) -> dict[str, list[tuple]]:
             (row["doc_id"], row["label"], row["pred"], probs[1], n, len(words), row["truncated"], row["text"])
         )
         span = row["word_span"] or list(range(len(words)))
-        units = sum(1 for w, s in enumerate(span) if s == w)
+        unit_words = [span.count(s) for s in span]  # a contraction's words share its unit
         joined = row["word_joined"] or words
         for method in METHODS:
             scores = row[f"scores_{method}"]
@@ -68,7 +68,7 @@ def expected(rows: pa.Table) -> dict[str, list[tuple]]:
                             words[w],
                             share,
                             raw[layer * len(words) + w],
-                            share * units,
+                            share * len(words) / unit_words[w],
                             span[w],
                             joined[w],
                         )

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from xai_ray.words import merge_attention, merge_scores, normalise, word_index, word_texts
+from xai_ray.words import lift, merge_attention, merge_scores, normalise, word_index, word_texts
 
 # --------------------------------------------------------------------------- hand-worked
 
@@ -89,6 +89,19 @@ def test_normalise_hand_values():
     np.testing.assert_allclose(normalise(word_scores), expected, atol=1e-15)
     sums = normalise(word_scores).sum(axis=-1)
     np.testing.assert_allclose(sums[:2], 1.0, atol=1e-15)
+
+
+def test_lift_is_one_for_every_unit_under_an_even_spread_and_a_contraction_takes_its_pieces_mean():
+    # 5 words: "it", then "wasn" "'" "t" (one unit starting at word 1), then "bad"
+    span = [0, 1, 1, 1, 4]
+    even = lift(np.full((1, 5), 0.2), span)
+    assert even[0, [0, 4]].tolist() == pytest.approx([1.0, 1.0])
+    assert even[0, 1:4].sum() == pytest.approx(1.0)  # the unit's lift, not 3
+    # by hand: shares .1 | .3 .15 .15 | .3 -> "it" .5, "wasn't" (.6 / 3 words) x 5 = 1.0, "bad" 1.5
+    shares = np.array([[0.1, 0.3, 0.15, 0.15, 0.3]])
+    got = lift(shares, span)
+    assert [got[0, 0], got[0, 1:4].sum(), got[0, 4]] == pytest.approx([0.5, 1.0, 1.5])
+    assert lift(shares, [0, 1, 2, 3, 4])[0].tolist() == pytest.approx([0.5, 1.5, 0.75, 0.75, 1.5])
 
 
 def test_merge_attention_to_is_sum_from_is_mean():

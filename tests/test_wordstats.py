@@ -202,20 +202,26 @@ def test_contractions_are_joined_back_from_the_tokenizers_offsets(tiny_model_dir
     assert len(row["words"]) > len(units)
 
 
-def test_a_joined_contraction_ranks_as_one_word_with_its_pieces_summed(tmp_path):
+def test_a_joined_contraction_ranks_as_one_word_lifted_as_the_mean_of_its_pieces(tmp_path):
     # "wasn't" as BERT splits it: wasn / ' / t, shares .2 + .1 + .1 of a 6-word, 4-unit review
     words = ["it", "wasn", "'", "t", "bad", "."]
     shares = [0.1, 0.2, 0.1, 0.1, 0.3, 0.2]
     span, joined = [0, 1, 1, 1, 4, 5], ["it", "wasn't", "wasn't", "wasn't", "bad", "."]
     rows = [doc_row(f"d{i}", words, shares, text="it wasn't bad.", span=span, joined=joined) for i in range(2)]
+    # and one review with an even spread over its 6 words: every unit, contraction included, lifts 1
+    rows.append(doc_row("even", words, [1 / 6] * 6, text="it wasn't bad.", span=span, joined=joined))
     con = write_store(tmp_path, rows)
     got = topk(con, method=METHOD, k=10).set_index("word")
     assert set(got.index) == {"it", "wasn't", "bad", "."}
-    assert got.loc["wasn't", "mean_score"] == pytest.approx((0.2 + 0.1 + 0.1) * 4, rel=1e-5)  # share x 4 units
-    assert got.loc["wasn't", "occurrences"] == 2  # one per review, not three
-    assert got.loc["bad", "mean_score"] == pytest.approx(0.3 * 4, rel=1e-5)
-    lifts = run_sql(con, "select word_id, lift from words where doc_id = 'd0' order by word_id").lift
-    assert lifts.sum() == pytest.approx(4.0, rel=1e-5)  # the mean lift over units is 1: an even spread
+    # by hand: the unit's share (.4) over the share an even spread gives it (3 of 6 words), i.e. the
+    # mean of its pieces' share x 6 = (1.2 + .6 + .6) / 3; averaged with the even review's 1
+    assert got.loc["wasn't", "mean_score"] == pytest.approx((0.8 + 0.8 + 1.0) / 3, rel=1e-5)
+    assert got.loc["wasn't", "occurrences"] == 3  # one per review, not three
+    assert got.loc["bad", "mean_score"] == pytest.approx((1.8 + 1.8 + 1.0) / 3, rel=1e-5)
+    even = run_sql(con, "select span_id, sum(lift) as lift from words where doc_id = 'even' group by span_id")
+    assert even.lift.tolist() == pytest.approx([1.0] * 4, rel=1e-5)  # an even spread lifts no unit
+    shares_of = run_sql(con, "select sum(score) as s from words where doc_id = 'd0' and span_id = 1").s
+    assert shares_of[0] == pytest.approx(0.4, rel=1e-5)  # the share statistic still sums the pieces
 
 
 def test_cli_topk_takes_the_statistic_support_and_word_classes(tmp_path, capsys):

@@ -91,11 +91,17 @@ def join_contractions(texts: list[str], spans: list[tuple[int | None, int]], tex
 
 
 def lift(shares: np.ndarray, span: np.ndarray) -> np.ndarray:
-    """(L, W) word shares -> (L, W) length-fair importance: share x the document's number of units
-    (words, a joined contraction counting once). A unit's lift is the sum of its words' lifts; 1 is
-    what every unit would get if the document's score were spread evenly, whatever its length."""
-    n_units = int((np.asarray(span) == np.arange(len(span))).sum())
-    return np.asarray(shares, dtype=np.float64) * n_units
+    """(L, W) word shares -> (L, W) length-fair importance, stored per word so that a unit's lift
+    is the sum of its words' values: share x W / (the words in the word's unit).
+
+    A unit's lift is therefore its share over the share an even spread gives it (its words / W),
+    the mean of its words' share x W. So 1 means an even spread for every unit, whatever the
+    review's length and however many words the tokenizer cut a contraction into: ``wasn't``
+    (``wasn``, ``'``, ``t``) is not lifted three-fold for holding three words' worth of score.
+    """
+    span = np.asarray(span)
+    unit_size = np.bincount(span, minlength=len(span))[span]  # (W,): words in each word's unit
+    return np.asarray(shares, dtype=np.float64) * (len(span) / unit_size)
 
 
 def merge_scores(scores: np.ndarray, index: np.ndarray, n_words: int) -> np.ndarray:

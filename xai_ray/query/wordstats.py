@@ -1,7 +1,8 @@
 """What "top words" means, defined once for the CLI, the run summary, the report and the nightly job.
 
 - The statistic (``STATS``): ``lift`` (default), a word's share of its review's score times the
-  review's number of words, so 1 is an even spread whatever the length (``words.lift``); or
+  review's number of words (divided by the words of a joined contraction, so ``wasn't`` is not
+  lifted for holding three), so 1 is an even spread whatever the length (``words.lift``); or
   ``share``, the share itself, which favours short reviews (a 10-word review's mean share is 0.1,
   a 300-word review's 0.0033).
 - Per document first: a word's value in a review is its mean over its occurrences there; the

@@ -34,8 +34,9 @@ TOKENS = pa.schema(
     ]
 )
 # score: the word's share of the document's score (sums to 1 over its words); lift: share x the
-# document's number of units, 1 = an even spread (words.lift); span_id/joined: the word's unit, a
-# contraction split by the tokenizer joined back (words.join_contractions; else the word itself).
+# document's words / the words of its unit, so a unit's lift (the sum over its words) is 1 for an
+# even spread (words.lift); span_id/joined: the word's unit, a contraction split by the tokenizer
+# joined back (words.join_contractions; else the word itself).
 WORDS = pa.schema(
     [
         ("doc_id", pa.string()),

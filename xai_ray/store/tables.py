@@ -172,8 +172,9 @@ def _add_scored(out: PartTables, scored: pa.Table, methods: list[str]) -> None:
     word_position = _local(n_words)
     words_flat = _flat(word_lists)
     span = _spans(column("word_span").combine_chunks(), n_words, word_position)
-    n_units = np.bincount(word_owner, weights=(span == word_position), minlength=len(doc_ids))
-    unit_weight = np.repeat(n_units, n_words)  # words.lift: share x the document's number of units
+    unit_key = (np.repeat(np.cumsum(n_words) - n_words, n_words) + span).astype(np.int64)  # batch-wide unit id
+    unit_size = np.bincount(unit_key, minlength=len(span))[unit_key]  # words in each word's unit
+    unit_weight = np.repeat(n_words, n_words) / unit_size  # words.lift: share x W / the unit's words
     word_columns = [
         ids.take(pa.array(word_owner)),
         pa.array(word_position.astype(np.int32)),
