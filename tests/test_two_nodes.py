@@ -57,7 +57,10 @@ def two_nodes(tmp_path_factory):
     token = tmp_path_factory.mktemp("auth") / "token"
     token.write_text(secrets.token_hex(16))
     temps = [Path(tempfile.mkdtemp(prefix="xr2-", dir="/tmp")) for _ in range(2)]  # short: socket paths
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER: a local Ray started earlier in this process (runtime._loopback_only)
+    # switched clusters off for its children; a second node needs them on.
+    leave_out = {"RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env = {k: v for k, v in os.environ.items() if k not in leave_out}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), RAY_USAGE_STATS_ENABLED="0")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])  # this checkout's xai_ray
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
