@@ -132,6 +132,24 @@ def write_after(blocks: list[pa.Table], store: Path, writers: int) -> tuple[floa
     return time.perf_counter() - started, dict(writer.counts)
 
 
+def encode_only(blocks: list[pa.Table]) -> float:
+    """Seconds to build the store tables of ``blocks`` and encode them as Parquet in memory, in this
+    process on one core (the writer's options, no files, no fsync, no Ray): the floor under any
+    write path that keeps this store format, measured on the same rows."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from xai_ray.store.parts import ROW_GROUP_ROWS
+    from xai_ray.store.tables import PARQUET_OPTIONS, part_tables
+
+    started = time.perf_counter()
+    for block in blocks:
+        for table in part_tables(block, METHODS).merged().values():
+            pq.write_table(table, io.BytesIO(), row_group_size=ROW_GROUP_ROWS, **PARQUET_OPTIONS)
+    return time.perf_counter() - started
+
+
 def same_rows(store: Path) -> dict:
     from xai_ray.query.connection import open_store
 
@@ -216,6 +234,7 @@ def measure_writes(n_docs: int, cores: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="xai-scale-") as tmp:
         store = Path(tmp) / "store"
         before_s, before_counts = write_before(blocks, store)
+        encode_s = encode_only(blocks)
         ensure_ray()
         write_after(blocks[:2], Path(tmp) / "warm", cores)  # untimed: the writers' processes import once
         after1_s, _ = write_after(blocks, store / "_one", 1)
@@ -233,6 +252,11 @@ def measure_writes(n_docs: int, cores: int) -> tuple[float, float]:
     print(f"    after, 1 Ray writer:                   {after_one:8.1f} docs/s  ({after1_s:.1f} s)")
     print(f"    after, {cores} Ray writers:                  {after:8.1f} docs/s  ({aftern_s:.1f} s)")
     print(f"    same documents and rows in both: {checked['before']}; counts {after_counts}")
+    floor = n / encode_s
+    print(
+        f"    floor: building the tables and encoding them as Parquet in memory, one core, no Ray: {floor:.1f} docs/s;"
+        f" {10 * before:.0f} docs/s (10x before) needs {10 * before / floor:.1f} cores of encoding alone"
+    )
     return before, after
 
 
