@@ -97,6 +97,8 @@ def build(store: Path, run_id: str, n_docs: int, words_per_doc: int = 230, seed:
                 "n_words": lengths.astype(np.int32),
                 "truncated": np.zeros(n_docs, bool),
                 "text": [" ".join(words[a:b]) for a, b in zip(starts[:-1], starts[1:])],
+                # columns only the gradient methods fill: null here, as a run without them writes them
+                **{name: [None] * n_docs for name in ("target", "ig_delta", "ig_completeness_error")},
             },
             schema=schemas.DOCS,
         ),
