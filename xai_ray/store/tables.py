@@ -172,7 +172,7 @@ def _add_scored(out: PartTables, scored: pa.Table, methods: list[str]) -> None:
     word_position = _local(n_words)
     words_flat = _flat(word_lists)
     span = _spans(column("word_span").combine_chunks(), n_words, word_position)
-    unit_key = (np.repeat(np.cumsum(n_words) - n_words, n_words) + span).astype(np.int64)  # batch-wide unit id
+    unit_key = np.arange(len(span)) - word_position + span  # batch-wide index of each word's unit's first word
     unit_size = np.bincount(unit_key, minlength=len(span))[unit_key]  # words in each word's unit
     unit_weight = np.repeat(n_words, n_words) / unit_size  # words.lift: share x W / the unit's words
     word_columns = [
