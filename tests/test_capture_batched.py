@@ -54,17 +54,45 @@ def test_batched_capture_equals_eager_mean_attention(tiny_model_factory, scorer_
             np.testing.assert_allclose(fused[b, layer, :n, :n].numpy(), expected.numpy(), atol=1e-5)
 
 
-def test_batched_capture_gives_the_same_head_statistics(scorer_factory):
+@pytest.mark.parametrize("block_bytes", [None, 1])  # one block per layer; one query row per block
+def test_batched_capture_gives_the_same_head_statistics(scorer_factory, monkeypatch, block_bytes):
+    """Every statistic and every sampled document's head similarity, with padded rows and columns
+    in the batch (lengths differ) and, with one-row blocks, the previous/next diagonals crossing
+    block edges and the kept rows gathered over several blocks."""
     scorer = scorer_factory("roberta")
     encoding = _encode(scorer)
     lengths = encoding["attention_mask"].sum(dim=1).tolist()
+    assert len(set(lengths)) > 1  # padding is present
+    if block_bytes is not None:
+        monkeypatch.setattr(capture, "BATCHED_BLOCK_BYTES", block_bytes)
     got = []
     for batched in (False, True):
         collector = HeadCollector(lengths, position_masks(encoding["input_ids"], scorer.tokenizer), [True] * 4, 6)
         capture.forward_with_attention(scorer.model, dict(encoding), heads=collector, batched=batched)
-        got.append((collector.statistics().numpy(), collector.similarity()[1][0].numpy()))
+        similarity = collector.similarity()
+        assert sorted(similarity) == [0, 1, 2, 3]
+        got.append((collector.statistics().numpy(), [similarity[d][0].numpy() for d in range(4)]))
+        assert [similarity[d][1] for d in range(4)] == [min(6, n) for n in lengths]
     np.testing.assert_allclose(got[1][0], got[0][0], atol=2e-5, rtol=1e-5)
-    np.testing.assert_allclose(got[1][1], got[0][1], atol=2e-5)
+    for batched_jsd, loop_jsd in zip(got[1][1], got[0][1]):
+        np.testing.assert_allclose(batched_jsd, loop_jsd, atol=2e-5)
+
+
+def test_batched_head_statistics_make_no_call_per_document(scorer_factory, monkeypatch):
+    """On the batched path (a GPU's) the statistics of a block are reduced for the whole batch at
+    once: the per-document entry point is never called."""
+    scorer = scorer_factory("bert")
+    encoding = _encode(scorer)
+    lengths = encoding["attention_mask"].sum(dim=1).tolist()
+    collector = HeadCollector(lengths, position_masks(encoding["input_ids"], scorer.tokenizer), [False] * 4, 6)
+
+    def per_document(*args, **kwargs):
+        raise AssertionError("per-document statistics on the batched path")
+
+    monkeypatch.setattr(collector, "block", per_document)
+    capture.forward_with_attention(scorer.model, dict(encoding), heads=collector, batched=True)
+    statistics = collector.statistics()  # (B, L, H, N_STATS)
+    assert statistics.shape[0] == 4 and float(statistics[..., 0].abs().sum()) > 0
 
 
 def test_small_blocks_cut_the_batch_into_many_row_blocks(scorer_factory, monkeypatch):

@@ -89,6 +89,26 @@ class HeadCollector:
             previous = self.kept.get((layer, doc))
             self.kept[(layer, doc)] = keep.clone() if previous is None else torch.cat([previous, keep], dim=1)
 
+    def batch_block(self, layer: int, start: int, probs, scores, raw, lengths) -> None:
+        """Add query rows ``start:start+r`` of every document at once (the batched capture, a GPU):
+        probs = softmax(scores), (B, H, r, n), padding columns -inf in scores and 0 in probs; raw
+        the scores before that mask (finite); lengths (B,) on the device. No loop over documents:
+        padded query rows are reduced with the rest and then weighted by 0."""
+        batch, heads, rows, n = probs.shape
+        while len(self.layers) <= layer:
+            self.layers.append(torch.zeros(batch, heads, N_STATS, dtype=torch.float64, device=probs.device))
+        if self.masks.device != probs.device:
+            self.masks = self.masks.to(probs.device)
+        real_rows = ((start + torch.arange(rows, device=probs.device))[None, :] < lengths[:, None]).float()  # (B, r)
+        self.layers[layer] += batched_block_statistics(probs, scores, raw, start, self.masks, real_rows).double()
+        for doc in range(batch):  # the few sampled documents only (a handful per run)
+            length = self.lengths[doc]
+            if self.sample[doc] and start < min(self.sample_rows, length):
+                last = min(rows, self.sample_rows - start, length - start)
+                keep = probs[doc, :, :last, :length].float()  # (H, r', m)
+                previous = self.kept.get((layer, doc))
+                self.kept[(layer, doc)] = keep.clone() if previous is None else torch.cat([previous, keep], dim=1)
+
     def add_layer(self, layer: int, attention: torch.Tensor) -> None:
         """Eager fallback: a whole layer's (B, H, n, n) attention, documents sliced to their length."""
         for doc, length in enumerate(self.lengths):
@@ -145,6 +165,39 @@ def block_statistics(
     out[:, 6] = probs.diagonal(offset=start, dim1=1, dim2=2).sum(dim=-1)
     out[:, 7] = probs.diagonal(offset=start - 1, dim1=1, dim2=2).sum(dim=-1)
     out[:, 8] = probs.diagonal(offset=start + 1, dim1=1, dim2=2).sum(dim=-1)
+    return out
+
+
+def batched_block_statistics(
+    probs: torch.Tensor,
+    scores: torch.Tensor,
+    raw: torch.Tensor,
+    start: int,
+    masks: torch.Tensor,
+    real_rows: torch.Tensor,
+) -> torch.Tensor:
+    """``block_statistics`` for every document of a padded block at once -> (B, H, N_STATS) sums.
+
+    probs = softmax(scores), (B, H, r, n), padding columns -inf in scores and 0 in probs; raw (B,
+    H, r, n) the scores before that mask; masks (B, n, 3); real_rows (B, r) 1 for a document's
+    real query rows, 0 for padding.
+    """
+    batch, heads, rows, n = probs.shape
+    out = torch.zeros(batch, heads, N_STATS, dtype=torch.float32, device=probs.device)
+    # log Z = the largest score - log of the largest probability (both at one key), as on the
+    # per-document path; p . s over raw scores, as a padding column's -inf times its 0 would be nan
+    log_z = scores.amax(dim=-1) - probs.amax(dim=-1).log()  # (B, H, r)
+    entropy = log_z - torch.linalg.vecdot(probs, raw, dim=-1)  # (B, H, r)
+    weights = real_rows[:, None, :]  # (B, 1, r)
+    out[..., 0] = (entropy * weights).sum(dim=-1)
+    if start == 0:
+        out[..., 2] = entropy[..., 0]  # the [CLS] row (every document has one)
+    summed = torch.matmul(weights[:, :, None, :], probs).squeeze(2)  # (B, H, n): real rows summed
+    out[..., 3:6] = torch.matmul(summed, masks)  # (B, H, 3)
+    for column, offset in ((6, start), (7, start - 1), (8, start + 1)):
+        diagonal = probs.diagonal(offset=offset, dim1=2, dim2=3)  # (B, H, k): row j (j + 1 if offset < 0)
+        first = 1 if offset < 0 else 0
+        out[..., column] = (diagonal * weights[..., first : first + diagonal.shape[-1]]).sum(dim=-1)
     return out
 
 

@@ -173,15 +173,12 @@ def _attend_and_fuse_batched(query, key, value, scaling, collector, output) -> t
     rows = max(1, BATCHED_BLOCK_BYTES // max(1, batch * heads * n * 4))
     for start in range(0, n, rows):
         stop = min(start + rows, n)
-        scores = torch.matmul(q[:, :, start:stop], k_t) + column_mask  # (B, H, r, n)
+        raw = torch.matmul(q[:, :, start:stop], k_t)  # (B, H, r, n)
+        scores = raw + column_mask  # (B, H, r, n)
         probs = scores.softmax(dim=-1)  # (B, H, r, n): padding columns exactly 0
-        if collector.heads is not None:  # per-document statistics: views of the block, no copies
-            for b, length in enumerate(collector.heads.lengths):
-                if start < length:
-                    last = min(stop, length) - start
-                    collector.heads.block(
-                        len(collector.layers), b, start, probs[b, :, :last, :length], scores[b, :, :last, :length]
-                    )
+        if collector.heads is not None:  # per-document statistics, every document in a few kernels
+            collector.heads.batch_block(len(collector.layers), start, probs, scores, raw, lengths)
+        del raw
         if output is not None:
             output[:, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (B, H, r, d)
         if collector.discard_ratio > 0:
