@@ -210,12 +210,12 @@ def jsd_sums(heads: torch.Tensor) -> torch.Tensor:
     heads = heads.float()
     count = heads.shape[0]
     entropy = -(heads * heads.clamp_min(TINY).log()).sum(dim=-1)  # (P, R); 0 log 0 = 0
-    out = torch.zeros(count, count, dtype=torch.float64)
+    out = torch.zeros(count, count, dtype=torch.float64, device=heads.device)  # filled there: one copy out
     for i in range(count - 1):
         mixed = (heads[i : i + 1] + heads[i + 1 :]) / 2  # (P-i-1, R, m)
         mixed_entropy = -(mixed * mixed.clamp_min(TINY).log()).sum(dim=-1)  # (P-i-1, R)
         divergence = (mixed_entropy - (entropy[i : i + 1] + entropy[i + 1 :]) / 2).clamp_min(0)  # (P-i-1, R)
-        row = divergence.sum(dim=1).double().cpu()
+        row = divergence.sum(dim=1).double()  # (P-i-1,)
         out[i, i + 1 :] = row
         out[i + 1 :, i] = row
-    return out
+    return out.cpu()
