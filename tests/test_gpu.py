@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from xai_ray import cli
+from xai_ray.methods.heads import HeadCollector, position_masks
 from xai_ray.model import capture
 from xai_ray.model.loading import load_model
 from xai_ray.model.recovery import is_out_of_memory, release_memory
@@ -38,6 +39,25 @@ def test_capture_on_the_gpu_equals_eager_attention_on_the_cpu():
         for layer, attention in enumerate(reference.attentions):
             expected = attention[b, :, :n, :n].mean(dim=0).numpy()
             np.testing.assert_allclose(fused[b, layer, :n, :n].cpu().numpy(), expected, atol=1e-4)
+
+
+def test_head_statistics_of_the_batched_gpu_capture_equal_the_cpu_loop():
+    """Per-head statistics and head similarity reduced for the whole batch on CUDA (fp32) against
+    the per-document loop on the CPU."""
+    cpu = load_model("minilm")
+    gpu = load_model("minilm", device="cuda")
+    batch = _reviews(8)
+    encoding = cpu.tokenizer(batch["text"], truncation=True, max_length=128, padding=True, return_tensors="pt")
+    lengths = encoding["attention_mask"].sum(dim=1).tolist()
+    masks = position_masks(encoding["input_ids"], cpu.tokenizer)
+    got = []
+    for loaded, inputs in ((cpu, encoding), (gpu, {k: v.to("cuda") for k, v in encoding.items()})):
+        heads = HeadCollector(lengths, masks, [True] * 8, 16)
+        capture.forward_with_attention(loaded.model, dict(inputs), heads=heads)  # batched only on CUDA
+        got.append((heads.statistics().numpy(), heads.similarity()))
+    np.testing.assert_allclose(got[1][0], got[0][0], atol=1e-3, rtol=1e-3)
+    for doc in range(8):
+        np.testing.assert_allclose(got[1][1][doc][0].numpy(), got[0][1][doc][0].numpy(), atol=1e-3)
 
 
 def test_gpu_scorer_in_bf16_agrees_with_the_cpu_scorer():
