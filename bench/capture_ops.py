@@ -42,8 +42,8 @@ def main() -> None:
     from xai_ray.model.loading import load_model
 
     transformers.logging.set_verbosity_error()
-    model = load_model(args.model, device=args.device).model
-    tokenizer = load_model(args.model).tokenizer
+    loaded = load_model(args.model, device=args.device)
+    model, tokenizer = loaded.model, loaded.tokenizer
     texts = read_corpus(args.data, limit=args.batch, seed=0).text.tolist()
     encoding = tokenizer(texts, truncation=True, max_length=args.max_length, padding=True, return_tensors="pt")
     encoding = {k: v.to(args.device) for k, v in encoding.items()}
