@@ -140,3 +140,26 @@ def test_done_and_unchanged_rows_are_left_out_and_counted(ray_cluster, tmp_path)
     todo = screened.todo(3).to_pandas()
     assert sorted(todo.doc_id) == ["d0", "d2", "d3", "d4", "d6", "d7"]  # d1 unchanged, d5 done; d2's text changed
     assert screening.stored_id("c\ufdd0ff") == "c\\xff"
+
+
+@pytest.mark.ray
+def test_rows_to_score_come_in_half_batch_blocks_so_tasks_spread_over_the_actors(ray_cluster, tmp_path):
+    """Ray Data hands an actor a task of blocks bundled until they hold ``batch_size`` rows. 600
+    of 5,000 reviews in blocks of at most a batch (as before) made 5 tasks of ~120 for 2 actors:
+    3 against 2. In half-batch blocks (bundled here by the same rule) they make 8 or more tasks of
+    under two batches, so 2 actors get at least 4 each."""
+    source = tmp_path / "big.parquet"
+    n = 5_000
+    pd.DataFrame({"id": [f"r{i}" for i in range(n)], "text": [f"review {i}" for i in range(n)], "label": [0, 1] * (n // 2)}).to_parquet(source)  # fmt: skip
+    screened = stream.screen(stream.Corpus(plan(str(source), "train"), limit=600, seed=0), CLASSES)
+    batch, actors = 64, 2
+    todo = screened.todo(batch, blocks=16 * actors)  # as pipeline.score asks
+    sizes = [block.num_rows for block in todo.iter_batches(batch_size=None, batch_format="pyarrow")]
+    assert sum(sizes) == 600 and len(sizes) == -(-2 * 600 // batch)  # 19 blocks of about 32
+    tasks, held = [], 0
+    for size in sizes:  # Ray Data's bundling: blocks join a task until it holds a batch
+        held += size
+        if held >= batch:
+            tasks, held = tasks + [held], 0
+    tasks += [held] if held else []
+    assert len(tasks) >= 4 * actors and max(tasks) < 2 * batch, tasks

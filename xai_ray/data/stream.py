@@ -200,15 +200,19 @@ class Screened:
 
     def todo(self, batch_size: int, sample: np.ndarray | None = None, blocks: int = 0):
         """The second pass: a Ray Dataset of the rows to score (``doc_id, text, label, heads_sample``),
-        each block longest first (batches of similar lengths pad little), in blocks of ``batch_size``.
+        each block longest first (batches of similar lengths pad little), in blocks of about half a batch.
         ``sample``: ranks, among the rows a run keeps (``counts['kept']``), of the head-similarity sample.
         ``blocks``: at most this many blocks (each read task's output split; default ``MAX_BLOCKS``)."""
         side = _side_table.remote(*self.verdicts)
         ray.wait([side], fetch_local=False)  # ready before any actor asks for it
         sample = np.asarray(sample if sample is not None else [], np.int64)
-        # about a batch a block up to ``blocks`` (say 8 an actor), so even one large piece feeds every
-        # actor; no more, as the driver keeps a little for every block in flight
-        blocks = min(-(-self.counts["todo"] // max(batch_size, 1)), blocks or MAX_BLOCKS)
+        # About half a batch a block, up to ``blocks`` (say 16 an actor), so even one large piece
+        # feeds every actor; no more, as the driver keeps a little for every block in flight.
+        # Half, not one: Ray Data bundles blocks until a task holds ``batch_size`` rows, and blocks
+        # of at most a batch (their count rounded up) mostly came out short, two to a task: 600
+        # reviews on 2 actors made 5 tasks of ~120 (3 against 2, one actor idle at the end); with
+        # half-batch blocks they make 8 to 10 tasks of about one batch.
+        blocks = min(-(-2 * self.counts["todo"] // max(batch_size, 1)), blocks or MAX_BLOCKS)
         rows = self.corpus.rows(blocks=blocks, beside_actors=True)
         pick = partial(_todo, classes=self.classes)
         return rows.map_batches(

@@ -228,7 +228,7 @@ def _scorer_input(rows, cfg: RunConfig, actors: int):
     if isinstance(rows, ray.data.Dataset):
         return rows, rows.count()
     counts = rows.counts
-    return rows.todo(cfg.batch_size, heads_sample_ranks(counts["kept"], cfg), blocks=8 * actors), counts["todo"]
+    return rows.todo(cfg.batch_size, heads_sample_ranks(counts["kept"], cfg), blocks=16 * actors), counts["todo"]
 
 
 def order_corpus(corpus: pd.DataFrame, cfg: RunConfig) -> pd.DataFrame:
