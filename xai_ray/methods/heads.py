@@ -76,38 +76,43 @@ class HeadCollector:
     def block(self, layer: int, doc: int, start: int, probs: torch.Tensor, scores: torch.Tensor | None = None) -> None:
         """Add one block of query rows ``start:start+r`` of document ``doc``: probs (H, r, m) and,
         when the caller has them, the scaled scores they came from (a cheaper exact entropy)."""
-        heads, rows, length = probs.shape
-        while len(self.layers) <= layer:
-            # on the probabilities' device: no host sync per block on a GPU
-            self.layers.append(torch.zeros(len(self.lengths), heads, N_STATS, dtype=torch.float64, device=probs.device))
-        if self.masks.device != probs.device:
-            self.masks = self.masks.to(probs.device)
+        length = probs.shape[-1]
+        self._ready(layer, probs)
         masks = self.masks[doc, :length]  # (m, 3)
         self.layers[layer][doc] += block_statistics(probs, start, masks, scores).double()  # (H, N_STATS)
         if self.sample[doc] and start < self.sample_rows:
-            keep = probs[:, : self.sample_rows - start].float()  # (H, r', m)
-            previous = self.kept.get((layer, doc))
-            self.kept[(layer, doc)] = keep.clone() if previous is None else torch.cat([previous, keep], dim=1)
+            self._keep(layer, doc, probs[:, : self.sample_rows - start])
 
     def batch_block(self, layer: int, start: int, probs, scores, raw, lengths) -> None:
         """Add query rows ``start:start+r`` of every document at once (the batched capture, a GPU):
         probs = softmax(scores), (B, H, r, n), padding columns -inf in scores and 0 in probs; raw
         the scores before that mask (finite); lengths (B,) on the device. No loop over documents:
         padded query rows are reduced with the rest and then weighted by 0."""
-        batch, heads, rows, n = probs.shape
-        while len(self.layers) <= layer:
-            self.layers.append(torch.zeros(batch, heads, N_STATS, dtype=torch.float64, device=probs.device))
-        if self.masks.device != probs.device:
-            self.masks = self.masks.to(probs.device)
+        batch, _, rows, _ = probs.shape
+        self._ready(layer, probs[0])
         real_rows = ((start + torch.arange(rows, device=probs.device))[None, :] < lengths[:, None]).float()  # (B, r)
         self.layers[layer] += batched_block_statistics(probs, scores, raw, start, self.masks, real_rows).double()
         for doc in range(batch):  # the few sampled documents only (a handful per run)
             length = self.lengths[doc]
             if self.sample[doc] and start < min(self.sample_rows, length):
                 last = min(rows, self.sample_rows - start, length - start)
-                keep = probs[doc, :, :last, :length].float()  # (H, r', m)
-                previous = self.kept.get((layer, doc))
-                self.kept[(layer, doc)] = keep.clone() if previous is None else torch.cat([previous, keep], dim=1)
+                self._keep(layer, doc, probs[doc, :, :last, :length])
+
+    def _ready(self, layer: int, probs: torch.Tensor) -> None:
+        """The layer's sums and the masks on the probabilities' device (probs (H, r, m)): no host
+        sync per block on a GPU."""
+        while len(self.layers) <= layer:
+            self.layers.append(
+                torch.zeros(len(self.lengths), probs.shape[0], N_STATS, dtype=torch.float64, device=probs.device)
+            )
+        if self.masks.device != probs.device:
+            self.masks = self.masks.to(probs.device)
+
+    def _keep(self, layer: int, doc: int, rows: torch.Tensor) -> None:
+        """Append a sampled document's first rows (H, r', m) for head similarity."""
+        keep = rows.float()
+        previous = self.kept.get((layer, doc))
+        self.kept[(layer, doc)] = keep.clone() if previous is None else torch.cat([previous, keep], dim=1)
 
     def add_layer(self, layer: int, attention: torch.Tensor) -> None:
         """Eager fallback: a whole layer's (B, H, n, n) attention, documents sliced to their length."""
@@ -182,7 +187,7 @@ def batched_block_statistics(
     H, r, n) the scores before that mask; masks (B, n, 3); real_rows (B, r) 1 for a document's
     real query rows, 0 for padding.
     """
-    batch, heads, rows, n = probs.shape
+    batch, heads = probs.shape[:2]
     out = torch.zeros(batch, heads, N_STATS, dtype=torch.float32, device=probs.device)
     # log Z = the largest score - log of the largest probability (both at one key), as on the
     # per-document path; p . s over raw scores, as a padding column's -inf times its 0 would be nan
