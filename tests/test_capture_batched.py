@@ -33,7 +33,13 @@ def test_batched_capture_equals_the_per_document_loop(scorer_factory, family, fu
         scorer.model, dict(encoding), fusion, discard, batched=True
     )
     np.testing.assert_allclose(batch_logits.numpy(), loop_logits.numpy(), atol=1e-5)
-    np.testing.assert_allclose(batch_fused.numpy(), loop_fused.numpy(), atol=1e-6)
+    # Float32 kernels sum in a different order for a padded batch than for one document (and differ
+    # across CPUs): a softmax over n <= 32 keys carries ~n * eps32 (4e-6) of rounding. Mean fusion
+    # averages it away; max/min fusion and discarding renormalise rows by a sum that can be small,
+    # which amplifies it, so those compare at a relative 1e-4 (observed up to 7e-6 absolute).
+    renormalised = fusion != "mean" or discard > 0
+    tolerance = {"rtol": 1e-4, "atol": 2e-5} if renormalised else {"rtol": 1e-5, "atol": 2e-6}
+    np.testing.assert_allclose(batch_fused.numpy(), loop_fused.numpy(), **tolerance)
     lengths = encoding["attention_mask"].sum(dim=1)
     for b, n in enumerate(lengths.tolist()):  # padding rows and columns are zero, real rows sum to 1
         assert float(batch_fused[b, :, n:, :].abs().sum()) == 0 and float(batch_fused[b, :, :, n:].abs().sum()) == 0

@@ -136,9 +136,12 @@ def test_attention_gradients_match_plain_autograd(models, family, which):
         assert weighted[b, :, n:, :].abs().sum() == 0 and weighted[b, :, :, n:].abs().sum() == 0  # padding
         np.testing.assert_allclose(get_method("grad_rollout").attribute(got), plain_grad_rollout(reference), atol=5e-5)
         expected_rows = np.stack([r[0] / r[0].sum() if r[0].sum() > 0 else r[0] for r in reference])
-        np.testing.assert_allclose(get_method("attn_x_grad").attribute(got), expected_rows, atol=5e-5)
+        # The gradients above agree to 3e-5 x scale; dividing the [CLS] row by its sum carries that
+        # error over as 3e-5 x scale / |row sum| (float32 rounding differs across CPUs and kernels).
+        carried = max(3e-5 * scale / max(abs(r[0].sum()), 1e-12) for r in reference)
+        np.testing.assert_allclose(get_method("attn_x_grad").attribute(got), expected_rows, atol=max(5e-5, carried))
         with torch.no_grad():
-            np.testing.assert_allclose(logits[b].numpy(), eager(**alone).logits[0].numpy(), atol=1e-5)
+            np.testing.assert_allclose(logits[b].numpy(), eager(**alone).logits[0].numpy(), rtol=2e-5, atol=1e-5)
 
 
 def test_attention_gradients_leave_the_model_as_it_was(models):

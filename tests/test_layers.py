@@ -20,7 +20,7 @@ LAYERS = [
     ["scoring"],
     ["data", "model", "store"],
     ["config", "runtime"],
-    ["progress", "words"],  # progress bars and log routing; sub-token -> word alignment (pure numpy)
+    ["progress", "words", "keys"],  # progress bars and log routing; sub-token -> word alignment; typed config keys
     ["methods"],
 ]
 RANK = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from xai_ray.keys import ConfigError, Rule, check_all, type_name
 from xai_ray.methods.base import HEAD_FUSIONS, RESIDUAL_MODES, RETIRED_RESIDUAL
 
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message says which and how to fix it."""
+__all__ = ["ConfigError", "CorpusSource", "RunConfig", "resolve"]
 
 
 # How a review longer than max_length reaches the model (xai_ray.scoring.segments has the rules).
@@ -92,47 +91,19 @@ class RunConfig(CorpusSource):
     def __post_init__(self) -> None:
         from xai_ray.methods import REGISTRY
 
-        methods = self.methods
-        if isinstance(methods, str):
-            methods = tuple(m.strip() for m in methods.split(",") if m.strip())
-            object.__setattr__(self, "methods", methods)
-        object.__setattr__(self, "methods", tuple(methods))
+        if self.residual in RETIRED_RESIDUAL:
+            raise ConfigError(RETIRED_RESIDUAL[self.residual])
+        if isinstance(self.evaluate_fractions, (int, float)) and not isinstance(self.evaluate_fractions, bool):
+            object.__setattr__(self, "evaluate_fractions", (self.evaluate_fractions,))
+        check_all(self, RULES)  # every key's type and range (xai_ray.keys)
         if not self.methods:
             raise ConfigError("methods is empty: name at least one of " + ", ".join(sorted(REGISTRY)))
         for name in self.methods:
             if name not in REGISTRY:
                 raise ConfigError(f"unknown method {name!r} in methods; known methods: {', '.join(sorted(REGISTRY))}")
-        if self.residual in RETIRED_RESIDUAL:
-            raise ConfigError(RETIRED_RESIDUAL[self.residual])
-        _check_choice("residual", self.residual, RESIDUAL_MODES)
-        _check_choice("head_fusion", self.head_fusion, HEAD_FUSIONS)
-        if not 0.0 <= self.discard_ratio < 1.0:
-            raise ConfigError(f"discard_ratio must be in [0, 1), got {self.discard_ratio}")
         check_target(self.target)
-        for name in (
-            "max_length",
-            "batch_size",
-            "start_layer",
-            "top_k",
-            "max_tokens_per_batch",
-            "part_rows",
-            "ig_steps",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_length < 3:
-            raise ConfigError("max_length must leave room for [CLS], one token and [SEP] (>= 3)")
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"limit must be >= 1 when given, got {self.limit}")
-        if self.heads_sample < 0 or self.heads_sample_rows < 1:
-            raise ConfigError(
-                "heads_sample must be >= 0 and heads_sample_rows >= 1, got "
-                f"{self.heads_sample} and {self.heads_sample_rows}"
-            )
-        if self.actors < 0:
-            raise ConfigError(f"actors must be >= 0 (0 picks automatically), got {self.actors}")
-        self._check_evaluation()
-        _check_choice("long_text", self.long_text, LONG_TEXTS)
+        if not self.evaluate_fractions or not all(0.0 < f <= 1.0 for f in self.evaluate_fractions):
+            raise ConfigError(f"evaluate_fractions must be shares in (0, 1], got {list(self.evaluate_fractions)}")
         if self.window_stride is not None and not 1 <= self.window_stride <= self.max_length - 2:
             raise ConfigError(
                 f"window_stride must be in [1, max_length - 2] = [1, {self.max_length - 2}], got {self.window_stride}"
@@ -141,31 +112,12 @@ class RunConfig(CorpusSource):
             raise ConfigError(
                 "--evaluate perturbs one model input per review; use it with long_text head or head_tail, not window"
             )
-        if self.max_error_share is not None and not 0.0 <= self.max_error_share <= 1.0:
-            raise ConfigError(f"max_error_share must be in [0, 1], got {self.max_error_share}")
         if self.run_id is not None and not _safe_name(self.run_id):
             raise ConfigError(f"run_id {self.run_id!r} may hold only letters, digits, '-', '_' and '.'")
         if self.run_id is not None and len(self.run_id.encode()) > MAX_RUN_ID:  # a folder name holds 255 bytes
             raise ConfigError(
                 f"run_id is {len(self.run_id.encode())} bytes long; at most {MAX_RUN_ID} fit a folder name"
             )
-
-    def _check_evaluation(self) -> None:
-        fractions = self.evaluate_fractions
-        if isinstance(fractions, (int, float)):
-            fractions = (fractions,)
-        try:
-            if isinstance(fractions, str):
-                fractions = fractions.split(",")
-            object.__setattr__(self, "evaluate_fractions", tuple(float(f) for f in fractions))
-        except (TypeError, ValueError):
-            raise ConfigError(
-                f"evaluate_fractions must be a list of shares such as 0.05,0.1; got {fractions!r}"
-            ) from None
-        if not self.evaluate_fractions or not all(0.0 < f <= 1.0 for f in self.evaluate_fractions):
-            raise ConfigError(f"evaluate_fractions must be shares in (0, 1], got {list(self.evaluate_fractions)}")
-        if not 0.0 < self.evaluate_share <= 1.0:
-            raise ConfigError(f"evaluate_share must be in (0, 1], got {self.evaluate_share}")
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -182,6 +134,39 @@ class RunConfig(CorpusSource):
             "start_layer": self.start_layer,
         }
 
+
+# What each key accepts beyond its declared type (xai_ray.keys checks both, help-config prints both).
+TEXT = Rule(nonempty=True)
+RULES = {
+    "data": TEXT,
+    "split": TEXT,
+    "text_column": TEXT,
+    "label_column": TEXT,
+    "id_column": TEXT,
+    "limit": Rule(lo=1),
+    "seed": Rule(lo=0, hi=2**32 - 1),
+    "model": TEXT,
+    "max_length": Rule(lo=3, hi=1_000_000),  # room for [CLS], one token and [SEP]
+    "long_text": Rule(choices=LONG_TEXTS),
+    "window_stride": Rule(lo=1),
+    "residual": Rule(choices=RESIDUAL_MODES),
+    "head_fusion": Rule(choices=HEAD_FUSIONS),
+    "discard_ratio": Rule(lo=0.0, hi=1.0, hi_open=True),
+    "start_layer": Rule(lo=1),
+    "ig_steps": Rule(lo=1, hi=10_000),
+    "heads_sample": Rule(lo=0),
+    "heads_sample_rows": Rule(lo=1),
+    "batch_size": Rule(lo=1, hi=1_000_000),
+    "max_tokens_per_batch": Rule(lo=1),
+    "actors": Rule(lo=0, hi=100_000),
+    "gpus_per_actor": Rule(lo=0.0, hi=64.0),
+    "cpus_per_actor": Rule(lo=0.0, lo_open=True, hi=1024.0),
+    "store": TEXT,
+    "top_k": Rule(lo=1, hi=100_000),
+    "part_rows": Rule(lo=1),
+    "evaluate_share": Rule(lo=0.0, lo_open=True, hi=1.0),
+    "max_error_share": Rule(lo=0.0, hi=1.0),
+}
 
 TARGET_MODES = ("pred", "label")
 
@@ -224,11 +209,6 @@ def _safe_name(text: str) -> bool:
     return bool(text) and all(c.isalnum() or c in "-_." for c in text) and not text.startswith(".")
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-
-
 FIELD_NAMES = tuple(f.name for f in fields(RunConfig))
 
 
@@ -247,7 +227,11 @@ def parse_set(items: list[str] | None) -> dict:
         if "=" not in item:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        try:
+            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError as err:
+            problem = str(getattr(err, "problem", None) or "not a YAML value").strip()
+            raise ConfigError(f"--set {key.strip()}: {value!r} is not a plain YAML value ({problem})") from None
     return out
 
 
@@ -304,7 +288,7 @@ MEANINGS = {
     "window_stride": "long_text=window: tokens from one window's start to the next (null: half a window)",
     "methods": "explanation methods, comma-separated: raw, rollout, flow, grad_rollout, attn_x_grad, "
     "input_x_gradient, integrated_gradients",
-    "residual": "how rollout and flow mix in the residual: half (0.5W + 0.5I), add (W + I renormalised), none",
+    "residual": "how rollout and flow mix in the residual: half (0.5W + 0.5I) or none",
     "head_fusion": "how a layer's heads are fused: mean, max or min (max/min rows renormalised)",
     "discard_ratio": "share of each head row's lowest weights dropped before fusion ([CLS] never), in [0, 1)",
     "start_layer": "first layer (1-based) rollout multiplies from; lower layers are not stored for rollout",
@@ -353,4 +337,7 @@ def help_config() -> str:
         )
         lines.append(f"  {f.name} (default: {shown})")
         lines.append(f"      {MEANINGS.get(f.name, '(undocumented)')}")
+        rule = RULES.get(f.name)
+        accepted = rule.describe() if rule else ""
+        lines.append(f"      type: {type_name(str(f.type))}" + (f"; accepted: {accepted}" if accepted else ""))
     return "\n".join(lines)

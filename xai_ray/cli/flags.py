@@ -157,8 +157,33 @@ def exit_status(counts: dict, max_error_share: float | None) -> int:
     return EXIT_ERRORS
 
 
+def whole(lo: int, hi: int | None = None):
+    """An argparse ``type``: a whole number in [lo, hi]; anything else is one sentence and exit 2."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            span = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+            raise argparse.ArgumentTypeError(f"must be {span}, got {value}")
+        return value
+
+    return parse
+
+
+def text(value: str) -> str:
+    """An argparse ``type``: text that is not empty (``--store ''`` would mean the current folder)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
 def add_store(parser) -> None:
-    parser.add_argument("--store", default="store", help="store folder or s3:// / gs:// URI (default: store)")
+    parser.add_argument(
+        "--store", type=text, default="store", help="store folder or s3:// / gs:// URI (default: store)"
+    )
 
 
 def add_run_id(parser) -> None:

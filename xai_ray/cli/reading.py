@@ -19,12 +19,12 @@ def add_parsers(sub) -> None:
     add_format(sql)
     add_limits(sql)
 
-    top = sub.add_parser("topk", help="top-k words of a run by mean length-fair score, with 95% intervals")
+    top = sub.add_parser("topk", help="top-k words of a run by mean length-fair score, with 95%% intervals")
     flags.add_store(top)
     flags.add_run_id(top)
     top.add_argument("--method", default="rollout", help="the method ranked (default: rollout)")
-    top.add_argument("--layer", type=int, help="1-based layer (default: the model's last layer)")
-    top.add_argument("--k", type=int, default=20, help="words listed per group (default: 20)")
+    top.add_argument("--layer", type=flags.whole(1), help="1-based layer (default: the model's last layer)")
+    top.add_argument("--k", type=flags.whole(1, 100_000), default=20, help="words listed per group (default: 20)")
     top.add_argument(
         "--stat",
         choices=["lift", "share"],
@@ -60,7 +60,7 @@ def add_parsers(sub) -> None:
     flags.add_store(rep)
     flags.add_run_id(rep)
     rep.add_argument("--out", required=True, help="the HTML file to write (required)")
-    rep.add_argument("--k", type=int, help="words per top-k chart (default: the definition's k, 20)")
+    rep.add_argument("--k", type=flags.whole(1, 1000), help="words per top-k chart (default: the definition's k, 20)")
     rep.add_argument("--definition", help="report definition YAML (default: reports/default.yaml)")
     rep.add_argument(
         "--format",
@@ -79,11 +79,16 @@ def add_parsers(sub) -> None:
         "--model",
         help="Hub id, local model folder, or 'minilm' (required for a text; default with --doc-id: the run's)",
     )
-    exp.add_argument("--store", help="a store holding the review (with --doc-id; default: none)")
+    exp.add_argument("--store", type=flags.text, help="a store holding the review (with --doc-id; default: none)")
     exp.add_argument("--doc-id", dest="doc_id", help="the stored review's id (default: none)")
     exp.add_argument("--run", dest="run_id", help="the run it was scored in (default: the newest)")
     exp.add_argument("--out", required=True, help="the HTML page to write (required)")
-    exp.add_argument("--max-length", type=int, dest="max_length", help="tokens kept (default 256; --doc-id: the run's)")
+    exp.add_argument(
+        "--max-length",
+        type=flags.whole(3, 100_000),
+        dest="max_length",
+        help="tokens kept (default 256; --doc-id: the run's)",
+    )
     exp.add_argument(
         "--methods", help="comma-separated, from: raw, rollout, flow (default raw,rollout,flow; --doc-id: the run's)"
     )

@@ -63,12 +63,17 @@ def run(cfg: RunConfig) -> RunResult:
         return _run_through_mirror(cfg)
     started = time.perf_counter()
     cfg = replace(cfg, run_id=cfg.run_id or new_run_id())
+    created = _folders_to_create(layout.run_log(cfg.store, cfg.run_id).parent)
     check_store(cfg.store)  # before the log file goes into it
     logged = route_noise(layout.run_log(cfg.store, cfg.run_id))  # Ray's and setuptools' chatter: into the run's log
     with native_stderr_into(logged):  # and what Ray's C++ core writes to stderr
-        model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
-        resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
-        corpus = read(cfg)
+        try:
+            model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
+            resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
+            corpus = read(cfg)
+        except BaseException:  # refused before anything was scored: leave no log or empty store behind
+            _remove_refused(logged, created)
+            raise
         writer = open_writer(cfg, cfg.run_id)  # a resumed run's committed documents are not scored again
         try:
             screened = screen(corpus, model["labels"], done=writer.done_ids)
@@ -76,6 +81,26 @@ def run(cfg: RunConfig) -> RunResult:
             writer.abort(keep_parts=bool(writer.stage.records))
             raise
         return publish(screened, cfg, model=model, writer=writer, started=started)
+
+
+def _folders_to_create(folder: Path) -> list[Path]:
+    """The folders above and including ``folder`` that do not exist yet, deepest first."""
+    missing = []
+    for path in [folder, *folder.parents]:
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_refused(log_file: Path, created: list[Path]) -> None:
+    """A refused run's log file, and the folders this run created for it if they are still empty."""
+    log_file.unlink(missing_ok=True)
+    for folder in created:  # deepest first: logs/, then the store folder if the run made it
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another run's files) or already gone: keep it
+            break
 
 
 def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = None, started: float | None = None):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from xai_ray.query import wordstats
 from xai_ray.query.connection import WORD_TOTALS, QueryError, open_store, pick_run, run_named
 from xai_ray.store.aggregates import write_aggregate
@@ -47,7 +49,14 @@ def topk(
         raise QueryError(f"run {run['run_id']!r} has no method {method!r}; it has {run['methods']}")
     if by not in ("all", "label", "pred", "correct"):
         raise QueryError(f"--by must be all, label, pred or correct; got {by!r}")
-    layer = int(run["n_layers"]) if layer is None else int(layer)
+    n_layers = int(run["n_layers"]) if pd.notna(run["n_layers"]) else None  # None: a manifest without it
+    if layer is None and n_layers is None:
+        raise QueryError(f"run {run['run_id']!r} does not record its model's layers; pass --layer")
+    layer = n_layers if layer is None else int(layer)
+    if layer < 1 or (n_layers is not None and layer > n_layers):
+        raise QueryError(f"--layer must be between 1 and {n_layers} (the model's layers), got {layer}")
+    if int(k) < 1:
+        raise QueryError(f"--k must be at least 1, got {k}")
     if min_docs is None:
         min_docs = wordstats.default_min_docs(int(run["n_docs"] or 0))
     try:

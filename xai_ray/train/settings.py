@@ -6,7 +6,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass, fields
 
+from xai_ray.config import RULES as RUN_RULES
 from xai_ray.config import ConfigError, CorpusSource, parse_set, read_yaml
+from xai_ray.keys import Rule, check_all
 
 TRUNCATIONS = ("head", "head_tail")
 # Keys that may change between an interrupted run and its resumption without changing the job.
@@ -22,29 +24,6 @@ RESUMABLE_CHANGES = (
     "gpus_per_worker",
     "cpus_per_worker",
     "eval_batch_size",
-)
-FLOATS = (
-    "eval_fraction",
-    "lr",
-    "head_lr_scale",
-    "weight_decay",
-    "warmup_ratio",
-    "max_grad_norm",
-    "gpus_per_worker",
-    "cpus_per_worker",
-)
-NUMBERS = FLOATS + (
-    "limit",
-    "seed",
-    "max_length",
-    "epochs",
-    "batch_size",
-    "eval_batch_size",
-    "workers",
-    "max_failures",
-    "log_every",
-    "checkpoint_every",
-    "fail_after_epoch",
 )
 
 
@@ -82,13 +61,7 @@ class FinetuneConfig(CorpusSource):
     fail_after_epoch: int | None = None  # testing hook: a worker raises after that epoch's checkpoint
 
     def __post_init__(self) -> None:
-        for name in NUMBERS:  # YAML reads 2e-4 as a string (it wants 2.0e-4)
-            value = getattr(self, name)
-            if isinstance(value, str):
-                try:
-                    object.__setattr__(self, name, float(value) if name in FLOATS else int(value))
-                except ValueError:
-                    raise ConfigError(f"{name} must be a number, got {value!r}") from None
+        check_all(self, RULES)  # every key's declared type (xai_ray.keys); YAML's 2e-4 reads as a number
         if not self.out:
             raise ConfigError("finetune needs an output folder: --out DIR")
         for name in ("epochs", "batch_size", "max_length", "eval_batch_size", "log_every"):
@@ -113,6 +86,13 @@ class FinetuneConfig(CorpusSource):
         return asdict(self)
 
 
+# The corpus keys accept what `run` accepts; the rest are checked in __post_init__.
+RULES = {f.name: RUN_RULES[f.name] for f in fields(CorpusSource) if f.name in RUN_RULES} | {
+    "limit": Rule(lo=2),
+    "truncation": Rule(choices=TRUNCATIONS),
+    "gpus_per_worker": Rule(lo=0.0, hi=64.0),
+    "cpus_per_worker": Rule(lo=0.0, lo_open=True, hi=1024.0),
+}
 FIELD_NAMES = tuple(f.name for f in fields(FinetuneConfig))
 
 

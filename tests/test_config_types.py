@@ -1,0 +1,153 @@
+"""Every config value is checked against its declared type and range where it comes in (YAML, flags,
+``--set``): a wrong one is one sentence naming the key and the value, exit status 2, nothing started.
+And every help page of the program prints."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+import pytest
+
+from xai_ray import cli
+from xai_ray.config import RULES, ConfigError, RunConfig, resolve
+from xai_ray.train import settings as finetune_settings
+
+# (--set item, words the one-sentence error must contain)
+WRONG = [
+    # safety gates take booleans only: the YAML string "false" is truthy in Python
+    ('trust_remote_code="false"', ["trust_remote_code", "true or false", "'false'"]),
+    ("trust_remote_code='no'", ["trust_remote_code", "true or false"]),
+    ("trust_remote_code=0", ["trust_remote_code", "true or false"]),
+    ('allow_pickle="false"', ["allow_pickle", "true or false"]),
+    ("allow_pickle=[]", ["allow_pickle", "true or false"]),
+    ("heads=maybe", ["heads", "true or false", "'maybe'"]),
+    ("clean_html=1", ["clean_html", "true or false"]),
+    # integers
+    ("batch_size=2.5", ["batch_size", "integer", "2.5"]),
+    ("batch_size=true", ["batch_size", "integer", "True"]),
+    ("batch_size=0", ["batch_size", "in [1, 1000000]", "0"]),
+    ("max_tokens_per_batch=1.5e4x", ["max_tokens_per_batch", "integer"]),
+    ("limit=-3", ["limit", ">= 1"]),
+    ("seed=-1", ["seed", "in [0, 4294967295]"]),
+    ("ig_steps=[1, 2]", ["ig_steps", "integer"]),
+    ("actors=.inf", ["actors", "integer"]),
+    # numbers
+    ("discard_ratio=nan", ["discard_ratio", "number"]),
+    ("discard_ratio=.nan", ["discard_ratio", "number"]),
+    ("discard_ratio=1", ["discard_ratio", "in [0, 1)"]),
+    ("cpus_per_actor=0", ["cpus_per_actor", "in (0, 1024]"]),
+    ("gpus_per_actor=-1", ["gpus_per_actor", "in [0, 64]"]),
+    ("evaluate_share=0", ["evaluate_share", "in (0, 1]"]),
+    ("max_error_share=1.5", ["max_error_share", "in [0, 1]"]),
+    ("evaluate_fractions=0.1,x", ["evaluate_fractions", "list of numbers"]),
+    # text and choices
+    ("model=", ["model", "null"]),
+    ("model=''", ["model", "must not be empty"]),
+    ("store=' '", ["store", "must not be empty"]),
+    ("model=3", ["model", "text", "3"]),
+    ("long_text=sideways", ["long_text", "one of auto, head, head_tail, window"]),
+    ("head_fusion=median", ["head_fusion", "one of mean, max, min"]),
+    ("residual=add", ["residual=half"]),
+    ("methods=[1, 2]", ["methods", "list of names"]),
+    ("extra=[1]", ["extra", "mapping"]),
+    # not a key, not a plain YAML value
+    ("batch_sise=4", ["unknown config key 'batch_sise'", "batch_size"]),
+    ("model=!!python/name:os.system", ["--set model", "not a plain YAML value"]),
+    ("model=*nope", ["--set model", "not a plain YAML value"]),
+    ("nokey", ["--set expects key=value"]),
+]
+
+
+@pytest.mark.parametrize("item,words", WRONG, ids=[w[0] for w in WRONG])
+def test_a_wrong_set_value_is_one_sentence_and_exit_2_with_nothing_started(tmp_path, capsys, item, words):
+    store = tmp_path / "store"
+    status = cli.main(["run", "--data", str(tmp_path / "none.csv"), "--store", str(store), "--set", item])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert len(err.splitlines()) == 1 and err.startswith("xai-ray: "), err
+    for word in words:
+        assert word in err, (word, err)
+    assert not store.exists()  # refused before the store, the log or Ray
+
+
+@pytest.mark.parametrize("item,words", WRONG[:7], ids=[w[0] for w in WRONG[:7]])
+def test_the_same_values_are_refused_from_a_yaml_file(tmp_path, item, words):
+    key, value = item.split("=", 1)
+    path = tmp_path / "run.yaml"
+    path.write_text(f"{key}: {value}\n")
+    with pytest.raises(ConfigError) as err:
+        resolve(path)
+    assert all(word in str(err.value) for word in words), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "item,expected",
+    [
+        ("trust_remote_code=false", False),
+        ("trust_remote_code=true", True),
+        ("max_tokens_per_batch=1e4", 10000),  # YAML 1.1 reads 1e4 as text: the number it spells
+        ("discard_ratio=1e-1", 0.1),
+        ("batch_size=8", 8),
+        ("gpus_per_actor=1", 1.0),
+        ("limit=null", None),
+        ("evaluate_fractions=0.1,0.5", (0.1, 0.5)),
+        ("methods=[raw, flow]", ("raw", "flow")),
+    ],
+)
+def test_right_values_are_taken_as_their_declared_type(item, expected):
+    key = item.split("=", 1)[0]
+    value = getattr(resolve(sets=[item]), key)
+    assert value == expected and type(value) is type(expected)
+
+
+def test_every_ranged_key_is_a_field_and_help_config_prints_its_type_and_range():
+    names = {f.name for f in fields(RunConfig)}
+    assert set(RULES) <= names
+    text = RunConfig.__module__ and __import__("xai_ray.config", fromlist=["help_config"]).help_config()
+    assert "type: true or false" in text
+    assert "accepted: one of half, none" in text  # the retired residual=add is not offered
+    assert "add (W + I" not in text
+    assert "accepted: in [0, 1)" in text  # discard_ratio
+
+
+def test_finetune_keys_are_typed_too():
+    with pytest.raises(ConfigError, match="trust_remote_code must be true or false"):
+        finetune_settings.resolve(None, {"out": "x"}, ['trust_remote_code="false"'])
+    with pytest.raises(ConfigError, match="epochs must be an integer"):
+        finetune_settings.resolve(None, {"out": "x"}, ["epochs=1.5"])
+    assert finetune_settings.resolve(None, {"out": "x"}, ["lr=2e-4"]).lr == 2e-4  # YAML 1.1's text "2e-4"
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("argv", [["--help"], *[[name, "--help"] for name in _commands()]], ids=" ".join)
+def test_every_help_page_prints(capsys, argv):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: xai-ray") and len(out.splitlines()) > 3
+
+
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["topk", "--k", "-1"], ["--k", "between 1 and 100000"]),
+        (["topk", "--layer", "0"], ["--layer", "at least 1"]),
+        (["report", "--out", "r.html", "--k", "-5"], ["--k", "between 1 and 1000"]),
+        (["explain", "hi", "--model", "m", "--out", "o.html", "--max-length", "0"], ["--max-length", "between 3"]),
+        (["topk", "--store", ""], ["--store", "must not be empty"]),
+        (["sql", "--store", " ", "select 1"], ["--store", "must not be empty"]),
+    ],
+)
+def test_out_of_range_flags_are_refused_by_the_parser(capsys, argv, words):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert all(word in err for word in words), err

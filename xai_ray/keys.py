@@ -1,0 +1,154 @@
+"""Typed configuration keys: every value from YAML, flags or ``--set`` is checked against the type its
+dataclass field declares and the range or choices declared here, before anything starts.
+
+A type is a promise: ``trust_remote_code: bool`` takes ``true`` or ``false`` and nothing else (the
+YAML string ``"false"`` is truthy in Python and would have let a model folder's code run); an
+``int`` key refuses ``2.5``; a ``float`` key refuses ``nan`` and ``inf``. One leniency: YAML 1.1
+reads ``2e-4`` and ``1e4`` as strings, so a number written that way is read as the number it spells
+when the key is numeric (and, for an ``int`` key, only when it is whole).
+
+Used by ``config.RunConfig`` and ``train.settings.FinetuneConfig`` (their ``__post_init__``) and by
+``help-config``, which prints each key's type and accepted values from the same declarations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a key accepts beyond its type: a closed or half-open range, or a list of choices."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False  # lo itself excluded
+    hi_open: bool = False  # hi itself excluded
+    choices: tuple = ()
+    nonempty: bool = False  # a string key that must not be empty (a path, a model, a column)
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        if self.lo is not None and self.hi is not None:
+            return f"in {'(' if self.lo_open else '['}{_num(self.lo)}, {_num(self.hi)}{')' if self.hi_open else ']'}"
+        if self.lo is not None:
+            return f"{'>' if self.lo_open else '>='} {_num(self.lo)}"
+        if self.hi is not None:
+            return f"{'<' if self.hi_open else '<='} {_num(self.hi)}"
+        return "not empty" if self.nonempty else ""
+
+    def holds(self, value) -> bool:
+        if self.choices:
+            return value in self.choices
+        if isinstance(value, str):
+            return bool(value.strip()) or not self.nonempty
+        if self.lo is not None and (value < self.lo or (self.lo_open and value == self.lo)):
+            return False
+        return self.hi is None or not (value > self.hi or (self.hi_open and value == self.hi))
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def type_name(annotation: str) -> str:
+    """``"int | None"`` -> ``"integer or null"``: how help-config and errors name a declared type."""
+    words = {
+        "bool": "true or false",
+        "int": "integer",
+        "float": "number",
+        "str": "text",
+        "None": "null",
+        "dict": "mapping",
+        "tuple[str, ...]": "list of names",
+        "tuple[float, ...]": "list of numbers",
+    }
+    return " or ".join(words.get(part.strip(), part.strip()) for part in annotation.split("|"))
+
+
+def check_all(instance, rules: dict[str, Rule]) -> None:
+    """Coerce and check every field of the frozen dataclass ``instance`` in place."""
+    for f in fields(instance):
+        value = check(f.name, getattr(instance, f.name), str(f.type), rules.get(f.name))
+        object.__setattr__(instance, f.name, value)
+
+
+def check(name: str, value, annotation: str, rule: Rule | None = None):
+    """``value`` as the declared ``annotation`` (a dataclass field's type, as text), or ConfigError."""
+    kinds = [part.strip() for part in annotation.split("|")]
+    if value is None:
+        if "None" in kinds:
+            return None
+        raise ConfigError(f"{name} needs a value ({type_name(annotation)}); got null")
+    for kind in kinds:
+        converted = _as(kind, value)
+        if converted is not _NO:
+            break
+    else:
+        raise ConfigError(f"{name} must be {_a(type_name(annotation))}, got {_shown(value)}")
+    if rule is not None and rule.nonempty and isinstance(converted, str) and not converted.strip():
+        raise ConfigError(f"{name} must not be empty")
+    if rule is not None and not (isinstance(converted, tuple) or rule.holds(converted)):
+        raise ConfigError(f"{name} must be {rule.describe()}, got {_shown(converted)}")
+    return converted
+
+
+_NO = object()  # "not of this kind"
+
+
+def _as(kind: str, value):
+    if kind == "bool":
+        return value if isinstance(value, bool) else _NO
+    if isinstance(value, bool):  # True is an int in Python, never a number here
+        return _NO
+    if kind == "int":
+        number = _number(value)
+        return int(number) if number is not _NO and float(number).is_integer() else _NO
+    if kind == "float":
+        number = _number(value)
+        return float(number) if number is not _NO else _NO
+    if kind == "str":
+        return value if isinstance(value, str) else _NO
+    if kind == "dict":
+        return value if isinstance(value, dict) else _NO
+    if kind.startswith("tuple["):
+        return _sequence(kind, value)
+    return _NO
+
+
+def _number(value):
+    """An int or finite float, from a number or from text YAML 1.1 left unread (``1e4``, ``2e-4``)."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip()) if any(c in value for c in ".eE") else int(value.strip())
+        except ValueError:
+            return _NO
+    if not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+        return _NO
+    return value
+
+
+def _sequence(kind: str, value):
+    items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        return _NO
+    inner = kind[len("tuple[") :].split(",")[0].strip()
+    out = tuple(_as(inner, item) for item in items)
+    return _NO if any(item is _NO for item in out) else out
+
+
+def _a(text: str) -> str:
+    return ("an " if text[0] in "aeiou" else "a ") + text if not text.startswith(("true", "list")) else text
+
+
+def _shown(value) -> str:
+    kind = {str: "text", float: "number", int: "integer", bool: "boolean", list: "list", dict: "mapping"}
+    text = repr(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return f"{text} ({kind.get(type(value), type(value).__name__)})"
