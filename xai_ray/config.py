@@ -120,10 +120,28 @@ class RunConfig(CorpusSource):
             )
 
     def to_dict(self) -> dict:
+        """Plain values (lists for tuples): what the manifest and the staged ``config.yaml`` hold."""
         out = asdict(self)
         out["methods"] = list(self.methods)
         out["evaluate_fractions"] = list(self.evaluate_fractions)
         return out
+
+    @classmethod
+    def from_dict(cls, saved: dict, **changes) -> RunConfig:
+        """The run a manifest's ``config`` (or a staged ``config.yaml``) describes, checked by the same
+        rules as a new one, with ``changes`` on top: every consumer of a written run (evaluate,
+        explain --doc-id, resume, nightly) reads it back through here, never key by key.
+
+        Keys a later version removed are dropped; the retired ``residual: add`` equals ``half``
+        (``RETIRED_RESIDUAL``) and is read as ``half``, so older runs keep their meaning."""
+        known = {k: v for k, v in saved.items() if k in FIELD_NAMES}
+        if known.get("residual") in RETIRED_RESIDUAL:
+            known["residual"] = "half"
+        return cls(**{**known, **changes})
+
+    @classmethod
+    def from_manifest(cls, manifest: dict, **changes) -> RunConfig:
+        return cls.from_dict(manifest.get("config", {}), **changes)
 
     @property
     def attention_options(self) -> dict:

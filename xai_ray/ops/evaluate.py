@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,10 +39,9 @@ def evaluate_run(
     run_id, manifest = run["run_id"], json.loads(run["manifest"])
     if run_named(con, "run_faithfulness_count", run_id=run_id).n_rows.iloc[0]:
         raise StoreError(f"run {run_id!r} already has faithfulness metrics")
-    known = {f.name for f in fields(RunConfig)}
-    cfg = RunConfig(**{k: v for k, v in manifest["config"].items() if k in known})
-    cfg = replace(
-        cfg,
+    cfg = RunConfig.from_manifest(manifest)
+    cfg = RunConfig.from_manifest(
+        manifest,
         evaluate=True,
         store=str(store),
         evaluate_share=share or cfg.evaluate_share,

@@ -157,16 +157,19 @@ def nightly_lock(folder: Path):
         os.close(fd)
 
 
-def scoring_key(cfg: RunConfig) -> dict:
-    """What makes two scores of a document comparable: the weights and the method options.
-    The fingerprint needs the weights, so the model is loaded once here (CPU, no Ray)."""
-    from xai_ray.model.loading import load_model
+def scoring_key(cfg: RunConfig, fingerprint: str | None = None) -> dict:
+    """What makes two scores of a document comparable: the weights and the method options, from the
+    run's typed settings (a manifest's through ``RunConfig.from_manifest``: see ``manifest_key``).
+    Without ``fingerprint`` the model is loaded once here to take it (CPU, no Ray)."""
+    if fingerprint is None:
+        from xai_ray.model.loading import load_model
 
-    loaded = load_model(
-        cfg.model, allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code, seed=cfg.seed
-    )
+        loaded = load_model(
+            cfg.model, allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code, seed=cfg.seed
+        )
+        fingerprint = loaded.info["fingerprint"]
     key = {
-        "fingerprint": loaded.info["fingerprint"],
+        "fingerprint": fingerprint,
         "methods": sorted(cfg.methods),
         "attention": cfg.attention_options,
         "max_length": cfg.max_length,
@@ -191,19 +194,8 @@ def long_text_key(mode: str | None, stride) -> dict:
 
 
 def manifest_key(manifest: dict) -> dict:
-    config = manifest.get("config", {})
-    key = {
-        "fingerprint": manifest.get("model", {}).get("fingerprint"),
-        "methods": sorted(config.get("methods", [])),
-        "attention": manifest.get("attention"),
-        "max_length": config.get("max_length"),
-    }
-    mode = config.get("long_text")
-    return {
-        **key,
-        **long_text_key(resolve_mode(mode, config.get("model")) if mode else None, config.get("window_stride")),
-        **target_key(config.get("methods", []), config.get("target", "pred"), config.get("ig_steps")),
-    }
+    """The key of a published run: its saved settings read back as a ``RunConfig``, its fingerprint."""
+    return scoring_key(RunConfig.from_manifest(manifest), manifest.get("model", {}).get("fingerprint"))
 
 
 def matching_runs(local: Path, key: dict, through: str) -> list[str]:

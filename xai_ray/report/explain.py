@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from xai_ray.config import ConfigError
+from xai_ray.config import ConfigError, RunConfig
 from xai_ray.methods.head_summary import STATISTICS
 from xai_ray.report import charts, head_charts
 from xai_ray.report.blocks import number
@@ -106,22 +106,18 @@ def explain_stored(
     found = run_named(con, "explain_doc", run_id=run["run_id"], doc_id=str(doc_id))
     if found.empty:
         raise QueryError(f"no document {doc_id!r} in run {run['run_id']!r} (its errors view may say why)")
-    config = json.loads(run["manifest"]).get("config", {})
+    saved = RunConfig.from_manifest(json.loads(run["manifest"]))  # the run's own settings, checked
     doc = found.iloc[0]
-    options = {
-        k: config[k]
-        for k in ("residual", "head_fusion", "discard_ratio", "start_layer", "target", "ig_steps")
-        if k in config
-    }
+    options = {**saved.attention_options, "target": saved.target, "ig_steps": saved.ig_steps}
     if model is None:  # the run's own model: the safety flags it was run with apply to it
-        options.update({k: config[k] for k in ("allow_pickle", "trust_remote_code") if k in config})
+        options.update(allow_pickle=saved.allow_pickle, trust_remote_code=saved.trust_remote_code)
     label = None if pd.isna(doc.label) else int(doc.label)
     return explain_text(
         doc.text,
-        model or config.get("model"),
+        model or saved.model,
         out,
-        max_length or int(config.get("max_length", 512)),
-        methods or config.get("methods") or DEFAULT_METHODS,
+        max_length or saved.max_length,
+        methods or list(saved.methods),
         options,
         str(doc_id),
         label,
