@@ -34,15 +34,15 @@ def test_scorer_config_is_frozen_typed_and_checked_like_the_run_config():
     cfg = RunConfig(model="minilm", methods="raw,flow", max_length=64)
     from_run = ScorerConfig.of(cfg, gpus_per_actor=1, deferred_methods=["flow"])
     from_dict = ScorerConfig.of({**cfg.to_dict(), "gpus_per_actor": 1, "deferred_methods": ["flow"]})
-    assert from_run == from_dict and from_run.methods == ("raw", "flow") and from_run.gpus_per_actor == 1.0
+    assert from_run == from_dict and from_run.run.methods == ("raw", "flow") and from_run.gpus_per_actor == 1.0
     assert pickle.loads(pickle.dumps(from_run)) == from_run  # it travels to Ray actors
     with pytest.raises(dataclasses.FrozenInstanceError):
-        from_run.max_length = 10
+        from_run.gpus_per_actor = 0
     with pytest.raises(ConfigError, match="unknown scorer setting.*max_lenght"):
         ScorerConfig.of({"model": "minilm", "max_lenght": 64})
     with pytest.raises(ConfigError, match="residual"):
         ScorerConfig.of({"model": "minilm", "residual": "sideways"})
     with pytest.raises(ConfigError, match="not among the run's methods"):
         ScorerConfig.of(cfg, deferred_methods=["rollout"])
-    # defaults are the run config's, not restated
-    assert ScorerConfig().max_tokens_per_batch == RunConfig().max_tokens_per_batch
+    # the run config itself, not a restatement of its fields
+    assert ScorerConfig().run == RunConfig() and from_run.run == cfg

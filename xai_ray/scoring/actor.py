@@ -54,35 +54,35 @@ class Scorer:
         transformers.logging.disable_progress_bar()
         config = ScorerConfig.of(config)
         self.config = config
-        torch.set_num_threads(max(1, int(config.cpus_per_actor or 1)))
+        torch.set_num_threads(max(1, int(config.run.cpus_per_actor or 1)))
         self.device = "cuda" if torch.cuda.is_available() and config.gpus_per_actor else "cpu"
         loaded = load_model(
-            config.model,
-            allow_pickle=config.allow_pickle,
-            trust_remote_code=config.trust_remote_code,
-            seed=config.seed,
+            config.run.model,
+            allow_pickle=config.run.allow_pickle,
+            trust_remote_code=config.run.trust_remote_code,
+            seed=config.run.seed,
             device=self.device,
         )
         self.model, self.tokenizer, self.info = loaded.model, loaded.tokenizer, loaded.info
         self.tokenizer.padding_side = "right"  # per-document slices [:n] assume real tokens come first
-        self.token_budget = config.max_tokens_per_batch
-        self.max_length = min(config.max_length, _model_limit(self.tokenizer, self.model))
+        self.token_budget = config.run.max_tokens_per_batch
+        self.max_length = min(config.run.max_length, _model_limit(self.tokenizer, self.model))
         self.options = config.attention_options()
-        self.methods = {name: get_method(name, self.options) for name in config.methods}
+        self.methods = {name: get_method(name, self.options) for name in config.run.methods}
         self.deferred = set(config.deferred_methods)
         labels = label_names(self.model.config, self.model.config.num_labels)
         # the backward passes of the class-specific methods (none when the run has none of them)
         self.gradients = GradientPasses(
-            self.model, self.methods, config.target, labels, config.ig_steps, self.token_budget
+            self.model, self.methods, config.run.target, labels, config.run.ig_steps, self.token_budget
         )
         # long reviews (xai_ray.scoring.segments): head keeps the plain path; head_tail and window cut and merge
-        self.long_text = segments.resolve_mode(config.long_text, config.model)
-        self.stride = config.window_stride
+        self.long_text = segments.resolve_mode(config.run.long_text, config.run.model)
+        self.stride = config.run.window_stride
         self.schema = row_schema(list(self.methods), with_attention=bool(self.deferred))
         self.pid = os.getpid()
         self.evaluator = self._evaluator(config)
-        self.heads = config.heads
-        self.heads_sample_rows = config.heads_sample_rows
+        self.heads = config.run.heads
+        self.heads_sample_rows = config.run.heads_sample_rows
         self.punctuation: dict[int, bool] = {}  # vocabulary id -> is punctuation, filled as ids are seen
         self.sampled: set[int] = set()  # batch positions chosen for head similarity
         self.fallbacks = 0  # batches that had to be re-scored one document at a time
@@ -337,7 +337,7 @@ class Scorer:
 
     def _evaluator(self, config: ScorerConfig):
         """The faithfulness stage (``--evaluate``), run here because this actor holds the model."""
-        if not config.evaluate:
+        if not config.run.evaluate:
             return None
         from xai_ray.scoring.evaluation import Evaluator
         from xai_ray.scoring.faithfulness import GRADIENT
@@ -349,9 +349,9 @@ class Scorer:
             self.token_budget,
             # a stored input_x_gradient is the evaluation's own baseline (the same function), evaluated once as that
             [m for m in self.methods if m not in self.deferred and m != GRADIENT],
-            fractions=config.evaluate_fractions,
-            seed=config.seed,
-            share=config.evaluate_share,
+            fractions=config.run.evaluate_fractions,
+            seed=config.run.seed,
+            share=config.run.evaluate_share,
         )
 
     def _was_truncated(self, text: str, offsets, index) -> bool:

@@ -24,7 +24,7 @@ class DeferredMethods:
         options = config.attention_options()
         self.deferred = list(config.deferred_methods)
         self.methods = {name: get_method(name, options) for name in self.deferred}
-        self.schema = row_schema(list(config.methods))
+        self.schema = row_schema(list(config.run.methods))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         try:
