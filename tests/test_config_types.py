@@ -151,3 +151,25 @@ def test_out_of_range_flags_are_refused_by_the_parser(capsys, argv, words):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert all(word in err for word in words), err
+
+
+@pytest.mark.parametrize("what", ["model", "data"])
+def test_a_run_refused_before_scoring_leaves_no_store_or_log_behind(tmp_path, capsys, tiny_model_dir, what):
+    corpus = tmp_path / "reviews.csv"
+    corpus.write_text("id,text,label\n1,good film,1\n")
+    given = {"model": tiny_model_dir, "data": str(corpus)}
+    given[what] = str(tmp_path / "missing")  # a model folder or a corpus that is not there
+    store = tmp_path / "new" / "store"
+    status = cli.main(["run", "--data", given["data"], "--model", given["model"], "--store", str(store)])
+    err = capsys.readouterr().err
+    assert status == 2 and "missing" in err, err
+    assert not (tmp_path / "new").exists()  # the folders the run made for its log are gone again
+
+
+def test_a_refused_run_keeps_a_store_that_was_there(tmp_path, capsys, tiny_model_dir):
+    store = tmp_path / "store"
+    (store / "logs").mkdir(parents=True)
+    (store / "logs" / "earlier.log").write_text("an earlier run's log\n")
+    status = cli.main(["run", "--data", str(tmp_path / "none.csv"), "--model", tiny_model_dir, "--store", str(store)])
+    assert status == 2
+    assert sorted(p.name for p in store.rglob("*")) == ["earlier.log", "logs"]
