@@ -259,6 +259,30 @@ def test_killed_run_is_completed_by_the_next(ray_cluster, tiny_bert_dir, tmp_pat
     assert not (store / "_staging" / "run_id=nightly-2026-02-01").exists()
 
 
+def test_a_quiet_night_prints_its_result_and_nothing_else(ray_cluster, tiny_bert_dir, tmp_path):
+    """``-q``: the two result lines on stdout, nothing on stderr (weight loading, Ray's executor lines
+    and warnings go to the night's log file)."""
+    data, store = tmp_path / "incoming", tmp_path / "store"
+    rng = np.random.default_rng(2)
+    write_corpus(data, "day.parquet", [f"q{i}" for i in range(6)], sentences(rng, 6), rng.integers(0, 2, 6))
+    path = tmp_path / "nightly.yaml"
+    cfg = config(tiny_bert_dir, data, store)
+    path.write_text(yaml.safe_dump({k: v for k, v in cfg.to_dict().items() if k != "extra"}))
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
+    done = subprocess.run(
+        [sys.executable, "-m", "xai_ray.cli", "-q", "nightly", str(path), "--date", "2026-03-01"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == "", done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("nightly 2026-03-01: scored 6") and lines[1].startswith("report: ")
+    assert (store / "logs" / "nightly-2026-03-01.log").stat().st_size > 0
+
+
 @pytest.mark.browser
 def test_nightly_report_renders_in_headless_chromium(two_nights, tmp_path, chromium):
     page = two_nights["second"].report

@@ -67,15 +67,16 @@ def load_model(
     path, config = read_model_config(name, allow_pickle, trust_remote_code)
     labels = label_names(config, num_labels)  # the checkpoint's own classes unless told otherwise
     torch.manual_seed(seed)  # a missing classifier head is initialised the same way every run
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path,
-        num_labels=len(labels),
-        id2label=labels,
-        label2id={v: k for k, v in labels.items()},
-        attn_implementation=attn_implementation,
-        use_safetensors=None if allow_pickle else True,
-        trust_remote_code=trust_remote_code,
-    )
+    with _quiet_transformers():  # no weight-loading bar or load report on the terminal (-q means quiet)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            path,
+            num_labels=len(labels),
+            id2label=labels,
+            label2id={v: k for k, v in labels.items()},
+            attn_implementation=attn_implementation,
+            use_safetensors=None if allow_pickle else True,
+            trust_remote_code=trust_remote_code,
+        )
     model.eval().to(device)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
@@ -171,12 +172,15 @@ def check_tokenizer(folder: Path) -> None:
 def _quiet_transformers():
     from transformers.utils import logging as hf_logging
 
-    level = hf_logging.get_verbosity()
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _ships_code(folder: Path) -> bool:

@@ -36,6 +36,7 @@ from pathlib import Path
 from xai_ray import pipeline, runtime
 from xai_ray.config import ConfigError, RunConfig
 from xai_ray.model.loading import describe_model
+from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, remote
 from xai_ray.store import layout as store_layout
@@ -77,7 +78,8 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
     local = Path(remote.local_store(cfg.store))
     local.mkdir(parents=True, exist_ok=True)
     run_id = PREFIX + date
-    with nightly_lock(local):
+    # the libraries' chatter (weight loading, Ray's executor lines) into the night's log, as `run` does
+    with nightly_lock(local), native_stderr_into(route_noise(store_layout.run_log(local, run_id))):
         model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
         key = scoring_key(cfg)
         runs = matching_runs(local, key, date)
