@@ -30,6 +30,8 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
+from xai_ray.data.text import escaped
+
 _INTEGER = re.compile(r"[+-]?\d+")
 csv.field_size_limit(sys.maxsize)  # a review is one field: a 1 MB review is data, not a broken file
 
@@ -63,12 +65,17 @@ def json_line_row(number: int, line: str) -> dict:
         return _bad_line(number, f"line {number} is not valid JSON ({message} at column {getattr(err, 'colno', '?')})")
     if not isinstance(value, dict):
         return _bad_line(number, f"line {number} is a JSON {json_kind(value)}, not an object")
-    return {**value, "__problem": None}
+    return _object_row(value)
 
 
 def json_row(item, index: int, problem: str) -> dict:
     """Element ``index`` of a ``.json`` array as a row (a non-object element is a row with ``problem``)."""
-    return {**item, "__problem": None} if isinstance(item, dict) else _bad_line(index, problem)
+    return _object_row(item) if isinstance(item, dict) else _bad_line(index, problem)
+
+
+def _object_row(value: dict) -> dict:
+    # A key with a lone surrogate ("\\ud800") cannot name a column: written escaped, it names none we read.
+    return {**{escaped(key): item for key, item in value.items()}, "__problem": None}
 
 
 def read_json_array(text: str) -> pd.DataFrame:
