@@ -257,13 +257,34 @@ def read_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
+    raw = path.read_bytes()
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8 text: byte 0x{raw[err.start]:02x} at byte {err.start}; "
+            "save it as UTF-8"
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {yaml_problem(err)}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {str(path)!r} nests lists or mappings too deeply to be a config") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values")
     return data
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where (PyYAML's own text spans several lines, with
+    the line quoted). A tag such as ``!!python/name:os.system`` is no plain value: safe_load builds none."""
+    problem = getattr(err, "problem", None) or (str(err).splitlines() or [type(err).__name__])[0]
+    mark = getattr(err, "problem_mark", None)
+    if "could not determine a constructor for the tag" in problem:
+        tag = problem.split("tag", 1)[1].strip(" '").replace("tag:yaml.org,2002:", "!!")
+        problem = f"the tag {tag!r} is not allowed (plain values only: strings, numbers, booleans, lists, mappings)"
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
 
 
 def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 
 from xai_ray.progress import quiet_ray_env, route_ray_loggers
 
@@ -36,6 +37,27 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
     # Never drop a failed block silently (the default, spelled out): a lost block fails the run,
     # which then resumes from its committed parts, rather than publishing without those documents.
     ray.data.DataContext.get_current().max_errored_blocks = 0
+
+
+def check_actor_fits(gpus: float, cpus: float, what: str = "scoring actor") -> None:
+    """Refuse in one sentence an actor that no live node of the cluster can hold: Ray would keep it
+    pending, and the job would wait for it forever without a word (``--gpus-per-actor 1`` on a
+    machine without a GPU)."""
+    import ray
+
+    from xai_ray.config import ConfigError
+
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    if any(n.get("GPU", 0) >= gpus and n.get("CPU", 0) >= cpus for n in nodes):
+        return
+    kinds = Counter((n.get("CPU", 0), n.get("GPU", 0)) for n in nodes)
+    have = ", ".join(
+        f"{count} node{'s' if count > 1 else ''} of {cpu:g} CPU and {gpu:g} GPU" for (cpu, gpu), count in kinds.items()
+    )
+    raise ConfigError(
+        f"no node of the Ray cluster can hold a {what} of {cpus:g} CPU and {gpus:g} GPU (the cluster has "
+        f"{have or 'no live node'}); lower gpus_per_actor (--gpus-per-actor) or cpus_per_actor (--set cpus_per_actor=N)"
+    )
 
 
 def _loopback_only() -> None:

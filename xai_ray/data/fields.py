@@ -11,20 +11,29 @@ no id into ``1.0``). Decided here:
   it was, for screening to quarantine with that text in the reason. Missing (null, an empty CSV
   field) means unlabelled;
 - a JSONL line that is not JSON, or not an object, becomes a row of its own named ``line-N``
-  whose ``problem`` says what is wrong with line N.
+  whose ``problem`` says what is wrong with line N;
+- a CSV row with more fields than the header becomes such a row too (pandas' reader would stop
+  the whole file there, or silently take the first column as an index), so CSV is read by the
+  standard library's ``csv`` module, row by row, every field a string as written.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import numbers
 import re
+import sys
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
 
+from xai_ray.data.text import escaped
+
 _INTEGER = re.compile(r"[+-]?\d+")
+csv.field_size_limit(sys.maxsize)  # a review is one field: a 1 MB review is data, not a broken file
 
 
 class JsonNumber(str):
@@ -56,12 +65,17 @@ def json_line_row(number: int, line: str) -> dict:
         return _bad_line(number, f"line {number} is not valid JSON ({message} at column {getattr(err, 'colno', '?')})")
     if not isinstance(value, dict):
         return _bad_line(number, f"line {number} is a JSON {json_kind(value)}, not an object")
-    return {**value, "__problem": None}
+    return _object_row(value)
 
 
 def json_row(item, index: int, problem: str) -> dict:
     """Element ``index`` of a ``.json`` array as a row (a non-object element is a row with ``problem``)."""
-    return {**item, "__problem": None} if isinstance(item, dict) else _bad_line(index, problem)
+    return _object_row(item) if isinstance(item, dict) else _bad_line(index, problem)
+
+
+def _object_row(value: dict) -> dict:
+    # A key with a lone surrogate ("\\ud800") cannot name a column: written escaped, it names none we read.
+    return {**{escaped(key): item for key, item in value.items()}, "__problem": None}
 
 
 def read_json_array(text: str) -> pd.DataFrame:
@@ -73,6 +87,48 @@ def read_json_array(text: str) -> pd.DataFrame:
         json_row(item, i, f"element {i} is a JSON {json_kind(item)}, not an object") for i, item in enumerate(value)
     ]
     return pd.DataFrame(rows, dtype=object) if rows else pd.DataFrame({"__problem": []})
+
+
+def csv_columns(header: list[str]) -> list[str]:
+    """A CSV header's column names as pandas names them: ``Unnamed: i`` for a blank one, a repeated
+    name numbered (``text``, ``text.1``), so ``--set text_column`` means what it meant before."""
+    names: list[str] = []
+    for i, name in enumerate(header):
+        name = name or f"Unnamed: {i}"
+        base, n = name, 0
+        while name in names:
+            n += 1
+            name = f"{base}.{n}"
+        names.append(name)
+    return names
+
+
+def csv_header(reader) -> list[str]:
+    """The column names of a ``csv.reader``'s first line that is not blank ([] when there is none)."""
+    for values in reader:
+        if not _blank(values):
+            return csv_columns(values)
+    return []
+
+
+def _blank(values: list[str]) -> bool:
+    return not values or (len(values) == 1 and not values[0].strip())
+
+
+def csv_rows(handle) -> Iterator[dict]:
+    """The rows of a CSV text stream after its header, each ``{column: field, "__line": N}`` (N: the
+    line the row starts on); blank lines are skipped, missing trailing fields are missing, and a row
+    with more fields than the header is a ``line-N`` row saying so. ``csv.Error``: the file is broken."""
+    reader = csv.reader(handle)
+    columns = csv_header(reader)
+    start = reader.line_num + 1
+    for values in reader:
+        if len(values) > len(columns):
+            problem = f"line {start} has {len(values)} fields, the header {len(columns)}"
+            yield {**_bad_line(start, problem), "__line": start}
+        elif not _blank(values):
+            yield {**dict(zip(columns, values)), "__problem": None, "__line": start}
+        start = reader.line_num + 1
 
 
 def _bad_line(number: int, problem: str) -> dict:

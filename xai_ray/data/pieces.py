@@ -8,6 +8,7 @@ row order can be rebuilt without moving rows.
 
 from __future__ import annotations
 
+import csv
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 
 from xai_ray.data import fields
 from xai_ray.data.sources import INT64, Piece, SourcePlan, first_line, hub_stream, imdb_name
-from xai_ray.data.text import CorpusError, clean_text, open_text
+from xai_ray.data.text import CorpusError, clean_text, decode_file, escaped, lone_surrogate, not_utf8, open_text
 
 CHUNK_ROWS = 1024  # rows per chunk: what one worker holds of a piece at once
 CHUNK = pa.schema(
@@ -39,7 +40,7 @@ def read_piece(source: SourcePlan, piece: Piece, chunk_rows: int = CHUNK_ROWS) -
     """One piece as standardised chunks (schema ``CHUNK``), in source order."""
     start = 0
     for frame in _frames(source, piece, chunk_rows):
-        chunk = standardise(frame, source, piece.index, start)
+        chunk = standardise(frame, source, piece, start)
         start += chunk.num_rows
         if chunk.num_rows:
             yield chunk
@@ -64,23 +65,49 @@ def _frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterator[pd.Da
     elif piece.kind == "csv":
         yield from _csv_frames(piece, chunk_rows)
     elif piece.kind in ("jsonl", "json"):
-        yield from _json_frames(piece, chunk_rows)
+        yield from _chunked(_json_rows(piece), chunk_rows)
     elif piece.kind == "aclimdb":
-        rows = []
-        for name in piece.part:
-            doc_id, label = imdb_name(name, source.split)
-            text = (Path(piece.path) / name).read_bytes().decode("utf-8", errors="replace")
-            rows.append({"id": doc_id, "text": text, "label": label})
-        yield from _sliced(pd.DataFrame(rows), chunk_rows)
+        yield from _chunked(_folder_reviews(source, piece), chunk_rows)
     elif piece.kind == "tar":
         yield from _tar_frames(source, piece, chunk_rows)
     else:
-        yield from _hub_frames(source, chunk_rows)
+        yield from _chunked(hub_stream(source.source, source.split), chunk_rows)
 
 
-def _sliced(frame: pd.DataFrame, chunk_rows: int) -> Iterator[pd.DataFrame]:
-    for start in range(0, len(frame), chunk_rows):
-        yield frame.iloc[start : start + chunk_rows].reset_index(drop=True)
+def _chunked(rows, chunk_rows: int) -> Iterator[pd.DataFrame]:
+    chunk = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == chunk_rows:
+            yield _row_frame(chunk)
+            chunk = []
+    if chunk:
+        yield _row_frame(chunk)
+
+
+def _row_frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, dtype=object)  # object: no column inferred to a type, JsonNumber kept
+    return frame if "__problem" in frame else frame.assign(__problem=pd.Series(dtype=object))
+
+
+def _review(doc_id: str, label: int, data: bytes, where: str) -> dict:
+    """An aclImdb review file's row; ``__where`` names the file for a bad byte's reason."""
+    return {"id": doc_id, "text": decode_file(data), "label": label, "__problem": None, "__where": where}
+
+
+def _folder_reviews(source: SourcePlan, piece: Piece) -> Iterator[dict]:
+    """The reviews of an aclImdb folder's piece; one that cannot be read (a folder named like a
+    review, a file gone or unreadable) is a row whose problem says so, and the others go on."""
+    for name in piece.part:
+        doc_id, label = imdb_name(name, source.split)
+        path = Path(piece.path) / name
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            why = "is a folder, not a review file" if path.is_dir() else f"cannot be read ({err.strerror or err})"
+            yield {"id": doc_id, "text": None, "label": label, "__problem": f"{str(path)!r} {why}"}
+            continue
+        yield _review(doc_id, label, data, repr(str(path)))
 
 
 # Integer columns stay nullable integers in pandas: a null must not turn ids 1, 2 into 1.0, 2.0.
@@ -110,28 +137,17 @@ def _parquet_frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterat
 
 
 def _csv_frames(piece: Piece, chunk_rows: int) -> Iterator[pd.DataFrame]:
-    # Every field as written: no "NA"/"null" turned missing, no "007" turned 7.
+    # Every field as written: no "NA"/"null" turned missing, no "007" turned 7 (see fields.csv_rows).
     try:
         with open_text(Path(piece.path)) as handle:
-            yield from pd.read_csv(handle, dtype=str, keep_default_na=False, chunksize=chunk_rows)
-    except Exception as err:  # pandas raises several types for malformed files
+            yield from _chunked(fields.csv_rows(handle), chunk_rows)
+    except csv.Error as err:
         raise CorpusError(f"{piece.path!r} cannot be parsed: {first_line(err)}") from None
 
 
-def _json_frames(piece: Piece, chunk_rows: int) -> Iterator[pd.DataFrame]:
+def _json_rows(piece: Piece):
     """JSON lines (or a ``.json`` array's elements) as rows; a line that is not a JSON object is a
     row named ``line-N`` (``element N`` in an array) whose ``__problem`` says what is wrong."""
-    rows = []
-    for _, row in _json_rows(piece):
-        rows.append(row)
-        if len(rows) == chunk_rows:
-            yield _json_frame(rows)
-            rows = []
-    if rows:
-        yield _json_frame(rows)
-
-
-def _json_rows(piece: Piece):
     if piece.kind == "json":
         with open_text(Path(piece.path)) as handle:
             try:
@@ -142,17 +158,13 @@ def _json_rows(piece: Piece):
             kind = fields.json_kind(value)
             raise CorpusError(f"{piece.path!r} cannot be parsed: the file holds a JSON {kind}, not an array of objects")
         for i, item in enumerate(value):
-            yield i, fields.json_row(item, i, f"element {i} is a JSON {fields.json_kind(item)}, not an object")
+            row = fields.json_row(item, i, f"element {i} is a JSON {fields.json_kind(item)}, not an object")
+            yield {**row, "__where": f"the text of element {i} of {piece.path!r}"}
         return
     with open_text(Path(piece.path), newline="\n") as handle:
         for number, line in enumerate(handle, start=1):
             if line.strip():
-                yield number, fields.json_line_row(number, line)
-
-
-def _json_frame(rows: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, dtype=object)  # object: no column inferred to a type, JsonNumber kept
-    return frame if "__problem" in frame else frame.assign(__problem=pd.Series(dtype=object))
+                yield {**fields.json_line_row(number, line), "__line": number}
 
 
 def _tar_frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterator[pd.DataFrame]:
@@ -162,34 +174,23 @@ def _tar_frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterator[p
             for member in archive:
                 parsed = imdb_name(member.name, source.split) if member.isfile() else None
                 if parsed:
-                    text = archive.extractfile(member).read().decode("utf-8", errors="replace")
-                    rows.append({"id": parsed[0], "text": text, "label": parsed[1]})
+                    data = archive.extractfile(member).read()
+                    rows.append(_review(*parsed, data, f"{member.name!r} in {piece.path!r}"))
                     if len(rows) == chunk_rows:
-                        yield pd.DataFrame(rows)
+                        yield _row_frame(rows)
                         rows = []
     except (tarfile.TarError, OSError, EOFError) as err:
         raise CorpusError(f"archive {piece.path!r} cannot be read: {err}") from None
     if rows:
-        yield pd.DataFrame(rows)
-
-
-def _hub_frames(source: SourcePlan, chunk_rows: int) -> Iterator[pd.DataFrame]:
-    rows = []
-    for row in hub_stream(source.source, source.split):
-        rows.append(row)
-        if len(rows) == chunk_rows:
-            yield pd.DataFrame(rows, dtype=object)
-            rows = []
-    if rows:
-        yield pd.DataFrame(rows, dtype=object)
+        yield _row_frame(rows)
 
 
 # -------------------------------------------------------------------------------- standardise
 
 
-def standardise(frame: pd.DataFrame, source: SourcePlan, piece: int, start: int) -> pa.Table:
+def standardise(frame: pd.DataFrame, source: SourcePlan, piece: Piece, start: int) -> pa.Table:
     """A frame as the source wrote it -> ``CHUNK`` rows: ids and labels read as text (``fields``),
-    rows the reader knows to be bad carrying their ``problem``."""
+    rows the reader knows to be bad carrying their ``problem`` (the first one found)."""
     n = len(frame)
     problems = [None if fields.missing(p) else p for p in frame["__problem"]] if "__problem" in frame else [None] * n
     line_ids = list(frame["__line_id"]) if "__line_id" in frame else [None] * n
@@ -201,6 +202,7 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: int, start: int)
     ids = [doc_id if fields.missing(line_id) else line_id for (doc_id, _), line_id in zip(read, line_ids)]
     numbers = [numbered and fields.missing(line_id) for line_id in line_ids]
     problems = [p or id_problem for p, (_, id_problem) in zip(problems, read)]
+    ids, problems = _storable(ids, problems, "doc_id")
     values = list(frame[source.text_column]) if source.text_column in frame.columns else [None] * n
     problems = [
         p or ("text is a JSON number, not a string" if isinstance(t, fields.JsonNumber) else None)
@@ -216,9 +218,14 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: int, start: int)
             if written is not None and problems[i] is None:
                 problems[i] = f"label {written!r} is not a class number"
                 names[i] = written  # maybe a class name: screening knows the model's
+    names, problems = _storable(names, problems, "label")
     texts = []
+    wheres = _wheres(frame, piece)
     for i, value in enumerate(values):
         if isinstance(value, str) and not isinstance(value, fields.JsonNumber):
+            surrogate = lone_surrogate(value, "text")
+            value = escaped(value) if surrogate else value
+            problems[i] = problems[i] or surrogate or not_utf8(value, wheres[i])
             texts.append(clean_text(value) if source.clean_html else value)
         else:
             texts.append(None)
@@ -226,7 +233,7 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: int, start: int)
                 problems[i] = f"text is {type(value).__name__}, not a string"
     return pa.Table.from_arrays(
         [
-            pa.array([piece] * n, pa.int32()),
+            pa.array([piece.index] * n, pa.int32()),
             pa.array(range(start, start + n), pa.int64()),
             pa.array(ids, pa.string()),
             pa.array(numbers, pa.bool_()),
@@ -237,3 +244,23 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: int, start: int)
         ],
         schema=CHUNK,
     )
+
+
+def _storable(values: list, problems: list, what: str) -> tuple[list, list]:
+    """``values`` with each lone surrogate escaped (Arrow stores only Unicode text), the row's first
+    problem kept or else this one: such an id or label is not the one the file meant."""
+    out = list(values)
+    for i, value in enumerate(values):
+        found = lone_surrogate(value, what) if isinstance(value, str) else None
+        if found:
+            out[i], problems[i] = escaped(value), problems[i] or found
+    return out, problems
+
+
+def _wheres(frame: pd.DataFrame, piece: Piece) -> list[str]:
+    """Where each row's text sits, for the reason of a byte that is not UTF-8."""
+    if "__where" in frame:
+        return ["the text" if fields.missing(w) else w for w in frame["__where"]]
+    if "__line" in frame:
+        return [f"the text on line {line} of {piece.path!r}" for line in frame["__line"]]
+    return ["the text"] * len(frame)

@@ -16,16 +16,12 @@ always read as an index, even when a model names its classes ``"1"``, ``"2"``, .
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xai_ray.data.text import INVALID_UTF8
-
-_BAD_BYTE = re.compile(INVALID_UTF8 + "([0-9a-f]{2})")
+from xai_ray.data.text import INVALID_UTF8, MARKED
 
 
 def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -80,7 +76,7 @@ def local_problem(row: int, doc_id, text, label, found, classes, name=None) -> t
 
 def stored_id(doc_id) -> str:
     """An id as the store keeps it: each byte that was not UTF-8 written ``\\xNN``."""
-    return _BAD_BYTE.sub(r"\\x\1", str(doc_id))
+    return MARKED.sub(r"\\x\1", str(doc_id))
 
 
 def class_map(classes) -> dict[int, str | None] | None:

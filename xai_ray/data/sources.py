@@ -8,11 +8,11 @@ file, a thousand files of an aclImdb folder, a tar archive, a Hub dataset stream
 
 from __future__ import annotations
 
+import csv
 import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pandas as pd
 import pyarrow.parquet as pq
 
 from xai_ray.data import fields
@@ -127,12 +127,15 @@ def _parquet_footer(file: Path):
 
 
 def _text_header(file: Path, kind: str, text_column: str) -> list[str]:
-    """A CSV file's column names (its header line, parsed as the reader will)."""
+    """A CSV file's column names (its header line, parsed as the reader will: ``fields.csv_rows``)."""
     try:
         with open_text(file) as handle:
-            return list(pd.read_csv(handle, dtype=str, keep_default_na=False, nrows=0).columns)
-    except Exception as err:  # pandas raises several types for malformed files
+            header = fields.csv_header(csv.reader(handle))
+    except csv.Error as err:
         raise CorpusError(f"{str(file)!r} cannot be parsed: {first_line(err)}") from None
+    if not header:
+        raise CorpusError(f"{str(file)!r} cannot be parsed: its first line holds no column names")
+    return fields.csv_columns(header)
 
 
 def _json_keys(files: list[Path], kind: str, text_column: str, id_column: str) -> tuple[list[str], bool | None]:

@@ -107,11 +107,14 @@ def _run(dataset) -> dict:
 
 
 def _corpus_error(err: Exception) -> Exception:
+    """The worker's own ``CorpusError`` inside what Ray raised, or ``err``. Ray's wrapper is a
+    ``CorpusError`` too, but its text is the task's traceback: the sentence is its ``cause``'s."""
     cause = err
     while cause is not None:
-        if isinstance(cause, CorpusError):
+        inner = getattr(cause, "cause", None) or cause.__cause__
+        if isinstance(cause, CorpusError) and not isinstance(inner, CorpusError):
             return CorpusError(str(cause).splitlines()[0])
-        cause = getattr(cause, "cause", None) or cause.__cause__
+        cause = inner
     return err
 
 

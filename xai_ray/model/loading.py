@@ -26,11 +26,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from xai_ray.model.files import ModelError, check_tokenizer, check_weights  # the files' checks (no torch)
+
 CAPTURE = "xai_capture"  # xai_ray.model.capture.CAPTURE, named here so reading a config imports no torch
-
-
-class ModelError(ValueError):
-    """The model cannot be used as asked; the message says what to change."""
 
 
 @dataclass
@@ -67,16 +65,19 @@ def load_model(
     path, config = read_model_config(name, allow_pickle, trust_remote_code)
     labels = label_names(config, num_labels)  # the checkpoint's own classes unless told otherwise
     torch.manual_seed(seed)  # a missing classifier head is initialised the same way every run
-    with _quiet_transformers():  # no weight-loading bar or load report on the terminal (-q means quiet)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            path,
-            num_labels=len(labels),
-            id2label=labels,
-            label2id={v: k for k, v in labels.items()},
-            attn_implementation=attn_implementation,
-            use_safetensors=None if allow_pickle else True,
-            trust_remote_code=trust_remote_code,
-        )
+    try:
+        with _quiet_transformers():  # no weight-loading bar or load report on the terminal (-q means quiet)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                path,
+                num_labels=len(labels),
+                id2label=labels,
+                label2id={v: k for k, v in labels.items()},
+                attn_implementation=attn_implementation,
+                use_safetensors=None if allow_pickle else True,
+                trust_remote_code=trust_remote_code,
+            )
+    except (OSError, RuntimeError, ValueError) as err:  # what transformers raises for weights it cannot use
+        raise ModelError(_unloadable(name, err)) from None
     model.eval().to(device)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
@@ -95,6 +96,16 @@ def load_model(
         "trust_remote_code": trust_remote_code,
     }
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def _unloadable(name: str, err: Exception) -> str:
+    text = str(err)
+    if "mismatched_sizes" in text or "size mismatch" in text:  # a config.json not saved with these weights
+        return (
+            f"model {name!r} cannot be loaded: its weights do not have the shapes its config.json gives "
+            "(hidden size, layers, heads, classes); use the config.json saved with the weights"
+        )
+    return f"model {name!r} cannot be loaded: {(text.splitlines() or [type(err).__name__])[0][:200]}"
 
 
 def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: bool = False):
@@ -128,44 +139,6 @@ def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: 
         check_weights(Path(path), allow_pickle)
         check_tokenizer(Path(path))
     return path, config
-
-
-def check_weights(folder: Path, allow_pickle: bool) -> None:
-    """Decide from the files ``from_pretrained`` loads: with ``use_safetensors=True`` only
-    model.safetensors (or its shard index); with pickle allowed that first, else pytorch_model.bin
-    (or its index). Another *.safetensors file in the folder is not loaded, so it does not count."""
-    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
-
-    safe = any((folder / name).is_file() for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME))
-    pickled = any((folder / name).is_file() for name in (WEIGHTS_NAME, WEIGHTS_INDEX_NAME))
-    if safe:
-        return
-    if not pickled:
-        raise ModelError(f"model folder {str(folder)!r} holds no weights ({SAFE_WEIGHTS_NAME} or {WEIGHTS_NAME})")
-    if not allow_pickle:
-        raise ModelError(
-            f"model folder {str(folder)!r} has no .safetensors weights ({SAFE_WEIGHTS_NAME}); its pickled "
-            f"{WEIGHTS_NAME} loads only with --set allow_pickle=true (explain: --allow-pickle), as pickles can run code"
-        )
-
-
-# A tokenizer needs its vocabulary: tokenizer.json (fast), or the files its slow class reads.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "vocab.txt",
-    "vocab.json",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "tokenizer.model",
-)
-
-
-def check_tokenizer(folder: Path) -> None:
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise ModelError(
-            f"model folder {str(folder)!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, "
-            "...); save the tokenizer next to the model (tokenizer.save_pretrained(folder))"
-        )
 
 
 @contextlib.contextmanager

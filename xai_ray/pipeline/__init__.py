@@ -22,7 +22,7 @@ from xai_ray.config import RunConfig, resolve_target
 from xai_ray.model.loading import describe_model
 from xai_ray.pipeline.writing import IDENTITY_KEYS, build_manifest, open_writer, resolved, write, write_parts
 from xai_ray.progress import native_stderr_into, route_noise
-from xai_ray.runtime import ensure_ray
+from xai_ray.runtime import check_actor_fits, ensure_ray
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, layout, remote
 from xai_ray.store.writer import RunWriter, check_store
@@ -71,6 +71,8 @@ def run(cfg: RunConfig) -> RunResult:
             model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
             resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
             corpus = read(cfg)
+            ensure_ray()
+            check_actor_fits(actor_gpus(cfg), cfg.cpus_per_actor)  # before the staging exists
         except BaseException:  # refused before anything was scored: leave no log or empty store behind
             _remove_refused(logged, created)
             raise
@@ -195,11 +197,8 @@ def score(rows, cfg: RunConfig):
     from xai_ray.scoring.settings import ScorerConfig
 
     ensure_ray()
-    gpus = (
-        float(cfg.gpus_per_actor)
-        if cfg.gpus_per_actor is not None
-        else (1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0)
-    )
+    gpus = actor_gpus(cfg)
+    check_actor_fits(gpus, cfg.cpus_per_actor)  # else a pool no node can hold waits forever
     actors = cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor)
     dataset, n_docs = _scorer_input(rows, cfg, actors)
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
@@ -237,6 +236,15 @@ def score(rows, cfg: RunConfig):
         )
     log.info("scoring %d documents on %d actor(s), %.0f GPU each", n_docs, actors, gpus)
     return scored
+
+
+def actor_gpus(cfg: RunConfig) -> float:
+    """GPUs a scoring actor asks for: ``gpus_per_actor``, or 1 when the cluster has a GPU, else 0."""
+    import ray
+
+    if cfg.gpus_per_actor is not None:
+        return float(cfg.gpus_per_actor)
+    return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
 
 
 def _scorer_input(rows, cfg: RunConfig, actors: int):

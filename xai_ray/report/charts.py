@@ -13,6 +13,14 @@ WIDTH = 520
 AXIS = {"lift": "mean lift per review (1 = even spread)", "share": "mean share of the review's score"}
 
 
+def spec(chart) -> dict:
+    """A chart's Vega-Lite spec, its data inline however many rows it has: the page holds them
+    anyway, and altair's default limit (5,000) is passed by a deep model's heads (48 layers x 12
+    heads x 9 statistics) or a long review's words on a 12-layer model."""
+    with alt.data_transformers.disable_max_rows():
+        return chart.to_dict()
+
+
 def _interval_tooltip() -> list:
     return [
         alt.Tooltip("ci_low:Q", format=".4f", title="95% low"),

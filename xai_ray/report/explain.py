@@ -241,7 +241,7 @@ def build_page(
     table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)
     bundle = vl_convert.javascript_bundle(vl_version=charts.vega_lite_version())
     embeds = "\n".join(
-        f"vegaEmbed('#chart-{i}', {_script_json(c.to_dict())}, {{actions: false, renderer: 'svg'}}).catch(showError);"
+        f"vegaEmbed('#chart-{i}', {_script_json(charts.spec(c))}, {{actions: false, renderer: 'svg'}}).catch(showError);"
         for i, c in enumerate(charts_)
     )
     title = html.escape(f"xai-ray explain: {row['doc_id']}")

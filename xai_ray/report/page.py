@@ -94,11 +94,11 @@ def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]
             # allowed_base_urls=[]: the specs carry their data inline, so nothing is ever fetched
             if fmt == "png":
                 path.write_bytes(
-                    vl_convert.vegalite_to_png(chart.to_dict(), vl_version=version, scale=2, allowed_base_urls=[])
+                    vl_convert.vegalite_to_png(charts.spec(chart), vl_version=version, scale=2, allowed_base_urls=[])
                 )
             else:
                 path.write_text(
-                    vl_convert.vegalite_to_svg(chart.to_dict(), vl_version=version, allowed_base_urls=[]),
+                    vl_convert.vegalite_to_svg(charts.spec(chart), vl_version=version, allowed_base_urls=[]),
                     encoding="utf-8",
                 )
             written.append(path)
@@ -140,7 +140,7 @@ def _page(ctx: Context, sections: list[Section]) -> str:
                 continue
             body.append(f"<div class='chart' id='chart-{index}'></div>")
             scripts.append(
-                f"vegaEmbed('#chart-{index}', {_script_json(item.to_dict())}, "
+                f"vegaEmbed('#chart-{index}', {_script_json(charts.spec(item))}, "
                 "{actions: false, renderer: 'svg'}).catch(showError);"
             )
             index += 1
