@@ -45,7 +45,7 @@ def check_actor_fits(gpus: float, cpus: float, what: str = "scoring actor") -> N
     machine without a GPU)."""
     import ray
 
-    from xai_ray.config import ConfigError
+    from xai_ray.keys import ConfigError
 
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     if any(n.get("GPU", 0) >= gpus and n.get("CPU", 0) >= cpus for n in nodes):
