@@ -242,26 +242,30 @@ def test_a_three_class_run_end_to_end(ray_cluster, tmp_path, tiny_model_factory)
 def test_the_attention_asked_for_is_recorded_and_decides_the_path(tiny_bert_dir):
     """transformers 5 keeps the attention implementation only in a private config field, so
     ``load_model`` records what it asked for, and the capture and the gradient pass read that."""
-    from xai_ray.model import capture, loading
+    from xai_ray.model import capture
     from xai_ray.model.attention_gradients import attention_gradients
+    from xai_ray.model.attention_record import attention_of, record_attention
 
     captured, eager = load_model(tiny_bert_dir), load_model(tiny_bert_dir, attn_implementation="eager")
-    assert (loading.attention_of(captured.model), loading.attention_of(eager.model)) == (capture.CAPTURE, "eager")
+    assert (attention_of(captured.model), attention_of(eager.model)) == (
+        capture.CAPTURE,
+        "eager",
+    )
     encoding = dict(captured.tokenizer(["a good film", "bad"], padding=True, return_tensors="pt"))
     _, through_capture = capture.forward_with_attention(captured.model, encoding)
     _, through_weights = capture.forward_with_attention(eager.model, encoding)
     n = int(encoding["attention_mask"][0].sum())  # the first review has no padding
     np.testing.assert_allclose(through_capture[0, :, :n, :n], through_weights[0, :, :n, :n], atol=1e-5)
     # the record, not the model, picks the path: swapped, each model goes down the other one and says so
-    loading.record_attention(captured.model, "eager")
+    record_attention(captured.model, "eager")
     with pytest.raises(RuntimeError, match="returned no attention weights"):
         capture.forward_with_attention(captured.model, encoding)
-    loading.record_attention(eager.model, capture.CAPTURE)
+    record_attention(eager.model, capture.CAPTURE)
     with pytest.raises(RuntimeError, match="never called its attention function"):
         capture.forward_with_attention(eager.model, encoding)
     with pytest.raises(RuntimeError, match="came through the capture 0 times"):
         attention_gradients(eager.model, encoding, [0, 1])
-    package = Path(loading.__file__).parents[1]
+    package = Path(capture.__file__).parents[1]
     private = [
         str(path.relative_to(package))
         for path in package.rglob("*.py")

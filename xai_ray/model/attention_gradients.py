@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from xai_ray.methods.grad_rollout import gradient_weighted_heads
-from xai_ray.model.loading import attention_of
+from xai_ray.model.attention_record import attention_of
 
 _active: contextvars.ContextVar[GradientCollector | None] = contextvars.ContextVar(
     "xai_ray_attention_gradients", default=None

@@ -21,7 +21,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from xai_ray.model import attention_gradients
-from xai_ray.model.loading import attention_of
+from xai_ray.model.attention_record import attention_of
 
 CAPTURE = "xai_capture"
 SDPA_OUTPUT = False  # True: layer output from fused SDPA, probabilities computed beside it
@@ -203,7 +203,7 @@ def forward_with_attention(
     """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32.
 
     The model must have been loaded with ``attn_implementation="xai_capture"`` (model.load_model
-    does this and records it: ``loading.attention_of``); eager models are served through
+    does this and records it: ``attention_record``); eager models are served through
     ``output_attentions`` as a fallback. ``heads``
     (an ``xai_ray.methods.heads.HeadCollector``) also receives every head's probabilities, block by block.
     ``batched``: padded blocks over the whole batch (default on CUDA) instead of a loop over

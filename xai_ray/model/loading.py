@@ -26,8 +26,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from xai_ray.model.attention_record import record_attention
+
 CAPTURE = "xai_capture"  # xai_ray.model.capture.CAPTURE, named here so reading a config imports no torch
-ATTENTION = "xai_ray_attention"  # the model attribute holding the attention implementation we asked for
 
 
 class ModelError(ValueError):
@@ -96,20 +97,6 @@ def load_model(
         "trust_remote_code": trust_remote_code,
     }
     return LoadedModel(model=model, tokenizer=tokenizer, info=info)
-
-
-def record_attention(model, implementation: str):
-    """Keep on ``model`` the attention implementation it was built with, which the capture and the
-    gradient pass dispatch on (``attention_of``). transformers 5 exposes no public reading of it
-    (only the private ``config._attn_implementation``), so we record what we asked for."""
-    setattr(model, ATTENTION, implementation)
-    return model
-
-
-def attention_of(model) -> str:
-    """The attention implementation ``record_attention`` kept (``load_model`` records its own); a
-    model built elsewhere and not recorded is taken as eager: it must return its attention weights."""
-    return getattr(model, ATTENTION, "eager")
 
 
 def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: bool = False):
