@@ -1,11 +1,11 @@
 """How faithful is each method on real reviews, and what does the evaluation cost per document?
 
 Runs the real pipeline (Ray actors, ``--evaluate``) on N IMDB reviews with a given model, then
-prints, from the store's faithfulness view and the report's bootstrap: per method (attention
-methods at every layer, input x gradient, the random floor) the mean and 95% bootstrap interval
-of each headline metric, and the evaluation's seconds per document (actor seconds of the
+prints, from the store's faithfulness view and the report's summary: per method (attention
+methods at every layer, input x gradient, the random floor) the mean and 95% t interval over
+reviews of each headline metric, and the evaluation's seconds per document (actor seconds of the
 gradient and evaluation stages from the manifest, and the run's wall time); then the report's
-leaderboard (every method's best and last layer by comprehensiveness AOPC, normal 95% intervals,
+leaderboard (every method's best and last layer by comprehensiveness AOPC, 95% t intervals,
 the paired gain over random, actor-seconds per review and that over the capture forward's).
 
 Usage (Ray needs the loopback namespace here):
@@ -33,8 +33,8 @@ import pandas as pd
 
 from xai_ray import pipeline
 from xai_ray.config import resolve
-from xai_ray.query.bootstrap import bootstrap
 from xai_ray.query.connection import open_store, run_named
+from xai_ray.query.intervals import RULE, faithfulness_summary
 from xai_ray.report import leaderboard
 from xai_ray.report.faithfulness import HEADLINE, order_methods
 
@@ -91,7 +91,7 @@ def main() -> None:
     wall = time.perf_counter() - started
     con = open_store(store)
     values = run_named(con, "report_faithfulness", run_id=result.run_id)
-    summary = bootstrap(values)
+    summary = faithfulness_summary(values)
     docs = int(values.doc_id.nunique())
     tokens = con.execute("select avg(n_tokens) from docs where run_id = $r", {"r": result.run_id}).fetchone()[0]
     actor = result.manifest["timings"]["actor_seconds"]
@@ -165,10 +165,10 @@ def leaderboard_lines(con, run_id: str, manifest: dict) -> list[str]:
     """The report's leaderboard as a Markdown table."""
     board = run_named(con, "report_leaderboard", run_id=run_id, **leaderboard.PARAMS)
     n_docs = con.execute("select count(*) from docs where run_id = $r", {"r": run_id}).fetchone()[0]
-    board = leaderboard.board_with_costs(board, manifest, n_docs)
+    board = leaderboard.board_with_costs(leaderboard.with_intervals(board), manifest, n_docs)
     forward = board.attrs.get("forward_seconds")
     lines = [
-        f"leaderboard: comprehensiveness AOPC, normal 95% intervals; capture forward {forward or 0:.4f} s per review",
+        f"leaderboard: comprehensiveness AOPC, {RULE}; capture forward {forward or 0:.4f} s per review",
         "",
         "| rank | method | AOPC [95% CI] | minus random [95% CI] | s per review | x forward |",
         "|---:|---|---|---|---:|---:|",

@@ -125,6 +125,7 @@ def run_memory(variant: str) -> dict:
     from transformers import BertConfig, BertForSequenceClassification
 
     import xai_ray.model.capture as capture
+    from xai_ray.model.attention_record import record_attention
 
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count() or 1)
@@ -137,7 +138,7 @@ def run_memory(variant: str) -> dict:
         num_labels=2,
         attn_implementation=attn,
     )
-    model = BertForSequenceClassification(config).eval()
+    model = record_attention(BertForSequenceClassification(config).eval(), attn)
     ids = torch.randint(1000, 20000, (32, 512))
     mask = torch.ones_like(ids)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

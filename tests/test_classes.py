@@ -9,7 +9,9 @@ one sentence before any batch.
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -235,3 +237,39 @@ def test_a_three_class_run_end_to_end(ray_cluster, tmp_path, tiny_model_factory)
     assert facets <= {THREE_CLASSES[c] for c in predicted} and len(facets) >= 1
     manifest = json.loads((store / "runs" / "run_id=k3" / "manifest.json").read_text())
     assert manifest["model"]["labels"] == {str(k): v for k, v in THREE_CLASSES.items()}
+
+
+def test_the_attention_asked_for_is_recorded_and_decides_the_path(tiny_bert_dir):
+    """transformers 5 keeps the attention implementation only in a private config field, so
+    ``load_model`` records what it asked for, and the capture and the gradient pass read that."""
+    from xai_ray.model import capture
+    from xai_ray.model.attention_gradients import attention_gradients
+    from xai_ray.model.attention_record import attention_of, record_attention
+
+    captured, eager = load_model(tiny_bert_dir), load_model(tiny_bert_dir, attn_implementation="eager")
+    assert (attention_of(captured.model), attention_of(eager.model)) == (
+        capture.CAPTURE,
+        "eager",
+    )
+    encoding = dict(captured.tokenizer(["a good film", "bad"], padding=True, return_tensors="pt"))
+    _, through_capture = capture.forward_with_attention(captured.model, encoding)
+    _, through_weights = capture.forward_with_attention(eager.model, encoding)
+    n = int(encoding["attention_mask"][0].sum())  # the first review has no padding
+    np.testing.assert_allclose(through_capture[0, :, :n, :n], through_weights[0, :, :n, :n], atol=1e-5)
+    # the record, not the model, picks the path: swapped, each model goes down the other one and says so
+    record_attention(captured.model, "eager")
+    with pytest.raises(RuntimeError, match="returned no attention weights"):
+        capture.forward_with_attention(captured.model, encoding)
+    record_attention(eager.model, capture.CAPTURE)
+    with pytest.raises(RuntimeError, match="never called its attention function"):
+        capture.forward_with_attention(eager.model, encoding)
+    with pytest.raises(RuntimeError, match="came through the capture 0 times"):
+        attention_gradients(eager.model, encoding, [0, 1])
+    package = Path(capture.__file__).parents[1]
+    private = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "_attn_implementation"
+    ]
+    assert not private, f"transformers' private attention field read in {private}"

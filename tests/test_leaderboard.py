@@ -1,6 +1,6 @@
-"""The report's faithfulness leaderboard: the SQL (given faithfulness rows in a hand-written store,
-expected rows computed here with the statistics module), each method's cost per review from the
-manifest's timings, and the chart's encoding."""
+"""The report's faithfulness leaderboard: the SQL and its intervals (given faithfulness rows in a
+hand-written store, expected rows computed here with the statistics module and scipy's t quantile),
+each method's cost per review from the manifest's timings, and the chart's encoding."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from xai_ray.query.connection import open_store, run_named
+from xai_ray.query.intervals import faithfulness_summary
+from xai_ray.report.leaderboard import with_intervals
 from xai_ray.store import layout, schemas
 
 METRIC = "comprehensiveness_aopc"
@@ -31,7 +33,6 @@ GIVEN = {
     ("grad_new", 3): [0.6, 0.4, 0.5, 0.5],
     ("input_x_gradient", None): [0.4, 0.3, None, 0.5],
 }
-Z = 1.959964
 
 
 def faithfulness_rows(given: dict, metric: str = METRIC) -> list[dict]:
@@ -75,14 +76,15 @@ def store(tmp_path_factory) -> Path:
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and normal-approximation 95% interval, by the statistics module."""
+    """Mean and 95% t interval, by the statistics module and scipy's t quantile."""
+    stats = pytest.importorskip("scipy.stats")
     mean = statistics.fmean(values)
-    half = Z * statistics.stdev(values) / math.sqrt(len(values))
+    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     return mean, mean - half, mean + half
 
 
 def test_leaderboard_ranks_best_and_last_layers_with_intervals_and_gains(store):
-    got = run_named(open_store(store), "report_leaderboard", run_id="r1", metric=METRIC, floor="random")
+    got = _board(store)
     expected_order = [
         ("grad_new", 3, "best and last layer"),  # mean 0.5
         ("input_x_gradient", None, "no layers"),  # 0.4 over its three defined documents
@@ -98,7 +100,8 @@ def test_leaderboard_ranks_best_and_last_layers_with_intervals_and_gains(store):
         values = GIVEN[row.method, None if pd.isna(row.layer) else int(row.layer)]
         defined = [v for v in values if v is not None]
         mean, lo, hi = interval(defined)
-        assert (row.mean, row.lo, row.hi) == pytest.approx((mean, lo, hi), abs=1e-9)
+        assert row.mean == pytest.approx(mean, abs=1e-12)
+        assert (row.lo, row.hi) == pytest.approx((lo, hi), abs=1e-6)  # the quantile table's six decimals
         assert row.n_docs == len(defined)
         assert row.is_floor == (row.method == "random")
         if row.method == "random":
@@ -106,12 +109,15 @@ def test_leaderboard_ranks_best_and_last_layers_with_intervals_and_gains(store):
             continue
         paired = [v - f for v, f in zip(values, floor) if v is not None]
         gain, gain_lo, gain_hi = interval(paired)
-        assert (row.gain, row.gain_lo, row.gain_hi) == pytest.approx((gain, gain_lo, gain_hi), abs=1e-9)
+        assert row.gain == pytest.approx(gain, abs=1e-12)
+        assert (row.gain_lo, row.gain_hi) == pytest.approx((gain_lo, gain_hi), abs=1e-6)
         assert row.n_paired == len(paired)
 
 
 def test_leaderboard_of_another_metric_and_of_a_run_without_evaluation(store, tmp_path):
-    got = run_named(open_store(store), "report_leaderboard", run_id="r1", metric="sufficiency_aopc", floor="random")
+    got = with_intervals(
+        run_named(open_store(store), "report_leaderboard", run_id="r1", metric="sufficiency_aopc", floor="random")
+    )
     assert got["method"].tolist() == ["rollout", "random"] and got["mean"].tolist() == [9.0, 5.0]
     assert got["lo"].tolist() == got["hi"].tolist() == [9.0, 5.0]  # no spread, no width
     write_evaluated_run(tmp_path, "bare", [])
@@ -119,7 +125,20 @@ def test_leaderboard_of_another_metric_and_of_a_run_without_evaluation(store, tm
 
 
 def _board(store: Path) -> pd.DataFrame:
-    return run_named(open_store(store), "report_leaderboard", run_id="r1", metric=METRIC, floor="random")
+    return with_intervals(
+        run_named(open_store(store), "report_leaderboard", run_id="r1", metric=METRIC, floor="random")
+    )
+
+
+def test_the_leaderboard_and_the_per_layer_table_share_one_interval_rule(store):
+    """raw, layer 3: 0.3, 0.35, 0.25, 0.3 -> mean 0.3, sd sqrt(0.005 / 3) = 0.040825, t(0.975, 3) =
+    3.182446: 0.3 +- 0.064961, by hand; the faithfulness section's table gives every row the same."""
+    board = _board(store).set_index(["method", "layer"])
+    assert (board.loc[("raw", 3), "lo"], board.loc[("raw", 3), "hi"]) == pytest.approx((0.235039, 0.364961), abs=1e-6)
+    summary = faithfulness_summary(run_named(open_store(store), "report_faithfulness", run_id="r1"))
+    summary = summary[summary.metric == METRIC].set_index(["method", "layer"])
+    for key, row in board.iterrows():
+        assert (row.lo, row.hi, row.n_docs) == pytest.approx(tuple(summary.loc[key, ["lo", "hi", "n_docs"]]), abs=1e-12)
 
 
 def test_cost_per_review_comes_from_the_manifest_timings(store):

@@ -278,11 +278,13 @@ def test_aggregate_stage_keeps_what_the_report_reads(report_file):
     assert {path.stem for path in kept} >= {"report_topk_all", "report_agreement", "report_contrast"}
     con = open_store(store)
     for path in kept:
-        params = json.loads(pa.parquet.read_schema(path).metadata[b"xai_ray.params"])
-        frame = read_aggregate(store, "r1", path.stem, params)
+        tag = json.loads(pa.parquet.read_schema(path).metadata[b"xai_ray.params"])
+        frame = read_aggregate(store, "r1", path.stem, tag)
+        params = {k: v for k, v in tag.items() if k != "sql"}  # the tag holds the query text's digest too
         expected = run_named(con, path.stem, run_id="r1", **params)
         pd.testing.assert_frame_equal(frame.reset_index(drop=True), expected.reset_index(drop=True), check_dtype=False)
-        assert read_aggregate(store, "r1", path.stem, {**params, "k": -1}) is None  # other parameters: recompute
+        assert read_aggregate(store, "r1", path.stem, {**tag, "k": -1}) is None  # other parameters: recompute
+        assert read_aggregate(store, "r1", path.stem, {**tag, "sql": "0" * 16}) is None  # another query: recompute
     kept_page = build_report(store, "r1", report_file.parent / "kept.html").read_text()
     assert len(_charts_json(live_page)) >= 5 and _charts_json(kept_page) == _charts_json(live_page)
 

@@ -137,15 +137,9 @@ def test_the_interval_shrinks_as_support_grows_and_is_a_t_interval_over_document
         values = np.array([1.0, 3.0] * (n // 2))  # the per-document lifts, by hand
         half = stats.t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n)  # independent t interval
         assert got.word == "gamma" and got.documents == n and got.mean_score == pytest.approx(2.0, rel=1e-5)
-        assert (got.ci_low, got.ci_high) == pytest.approx((2.0 - half, 2.0 + half), abs=1e-3)  # 3-digit t table
+        assert (got.ci_low, got.ci_high) == pytest.approx((2.0 - half, 2.0 + half), abs=1e-5)  # float32 lifts
         widths.append(got.ci_high - got.ci_low)
     assert widths[0] > widths[1] > widths[2]
-
-
-@pytest.mark.parametrize("df", [1, 2, 5, 29, 30, 31, 39, 60, 200, 5000])
-def test_t_quantile_matches_scipy(df):
-    stats = pytest.importorskip("scipy.stats")
-    assert wordstats.t975(df) == pytest.approx(stats.t.ppf(0.975, df), abs=1.5e-3)
 
 
 def test_repeats_in_one_review_count_once_per_review(tmp_path):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from xai_ray.methods.grad_rollout import gradient_weighted_heads
+from xai_ray.model.attention_record import attention_of
 
 _active: contextvars.ContextVar[GradientCollector | None] = contextvars.ContextVar(
     "xai_ray_attention_gradients", default=None
@@ -99,7 +100,7 @@ def attention_gradients(model, encoding: dict, targets) -> tuple[torch.Tensor, t
     weighted = torch.zeros(batch, n_layers, n, n, dtype=torch.float32, device=device)  # (B, L, N, N)
     with torch.enable_grad(), torch.autocast(device.type, enabled=False), frozen_parameters(model):
         embeddings = model.get_input_embeddings()(input_ids).detach().float().requires_grad_(True)  # (B, N, d)
-        if model.config._attn_implementation != "eager":  # xai_capture: it hands every layer to us
+        if attention_of(model) != "eager":  # xai_capture: it hands every layer to us
             collector = GradientCollector(lengths=lengths, weighted=weighted)
             token = _active.set(collector)
             try:

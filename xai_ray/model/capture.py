@@ -21,6 +21,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from xai_ray.model import attention_gradients
+from xai_ray.model.attention_record import attention_of
 
 CAPTURE = "xai_capture"
 SDPA_OUTPUT = False  # True: layer output from fused SDPA, probabilities computed beside it
@@ -202,13 +203,14 @@ def forward_with_attention(
     """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32.
 
     The model must have been loaded with ``attn_implementation="xai_capture"`` (model.load_model
-    does this); eager models are served through ``output_attentions`` as a fallback. ``heads``
+    does this and records it: ``attention_record``); eager models are served through
+    ``output_attentions`` as a fallback. ``heads``
     (an ``xai_ray.methods.heads.HeadCollector``) also receives every head's probabilities, block by block.
     ``batched``: padded blocks over the whole batch (default on CUDA) instead of a loop over
     documents over their real tokens (default on a CPU, where it is the faster of the two).
     """
     lengths = encoding["attention_mask"].sum(dim=1)
-    if model.config._attn_implementation != CAPTURE:
+    if attention_of(model) != CAPTURE:
         outputs = model(**encoding, output_attentions=True)
         if not outputs.attentions or outputs.attentions[0] is None:
             raise RuntimeError("the model returned no attention weights (is eager attention available?)")

@@ -26,6 +26,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from xai_ray.model.attention_record import record_attention
 from xai_ray.model.files import ModelError, check_tokenizer, check_weights  # the files' checks (no torch)
 
 CAPTURE = "xai_capture"  # xai_ray.model.capture.CAPTURE, named here so reading a config imports no torch
@@ -79,6 +80,7 @@ def load_model(
     except (OSError, RuntimeError, ValueError) as err:  # what transformers raises for weights it cannot use
         raise ModelError(_unloadable(name, err)) from None
     model.eval().to(device)
+    record_attention(model, attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"model {name!r} has no fast tokenizer; word alignment needs word ids")

@@ -40,6 +40,7 @@ from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, remote
 from xai_ray.store import layout as store_layout
+from xai_ray.store.files import write_atomically
 from xai_ray.store.staging import read_committed_ids
 
 log = logging.getLogger("xai_ray")
@@ -108,30 +109,14 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
         if not runs:
             raise NightlyError(f"nothing scored yet in {cfg.store!r} and nothing to score in {cfg.data!r}")
         report = build_report(local, runs, date, definition, run_id if run_id in runs else None)
-        (report.parent / "nightly.json").write_text(
-            json.dumps(
-                {
-                    "date": date,
-                    "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "message": message,
-                    "scored": scored,
-                    "runs": runs,
-                    "key": key,
-                    "config": cfg.to_dict(),
-                    "versions": runtime.versions(),
-                },
-                indent=2,
-                default=str,
-            )
-        )
+        created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        record = {"date": date, "created_at": created_at, "message": message, "scored": scored, "runs": runs}
+        write_record(local, date, {**record, "key": key, "config": cfg.to_dict(), "versions": runtime.versions()})
         latest = point_latest(local, date)
         if remote.is_uri(cfg.store):
             remote.push_tree(local, report.parent, cfg.store)
-            remote.push_text(
-                cfg.store,
-                f"{store_layout.reports_dir(Path()).as_posix()}/latest/{REPORT}",
-                _redirect(f"../{date}/{REPORT}"),
-            )
+            key_of_latest = (store_layout.latest_reports(Path()) / REPORT).as_posix()  # relative to the store
+            remote.push_text(cfg.store, key_of_latest, _redirect(f"../{date}/{REPORT}"))
     return NightlyResult(date, run_id, scored, runs, report, latest, message, counts)
 
 
@@ -285,9 +270,16 @@ def build_report(local: Path, runs: list[str], date: str, definition, tonight: s
     return report.build_report(local, label, out, definition=spec, con=open_union(local, runs, label), extra=extra)
 
 
+def write_record(local: Path, date: str, record: dict) -> Path:
+    """``nightly.json`` beside the night's report, all or nothing: written under a temporary name in
+    the same folder, flushed to disk and renamed over the old one, so a reader (or a crash) never
+    meets half a record."""
+    return write_atomically(store_layout.night_record(local, date), json.dumps(record, indent=2, default=str))
+
+
 def _previous_night(local: Path, date: str, before: list[str]) -> str | None:
     """The last night before ``date`` that has a report (or, failing that, a run)."""
-    nights = [p.name for p in store_layout.reports_dir(local).glob("????-??-??") if p.name < date]
+    nights = [p.name for p in store_layout.nights(local) if p.name < date]
     nights += [r[len(PREFIX) :] for r in before]
     return max(nights) if nights else None
 
@@ -295,12 +287,11 @@ def _previous_night(local: Path, date: str, before: list[str]) -> str | None:
 def point_latest(local: Path, date: str) -> Path:
     """``reports/latest`` -> ``reports/<date>`` (a relative symlink swapped in atomically), unless a
     later night's report exists; where symlinks cannot be made, ``latest/report.html`` redirects."""
-    reports = store_layout.reports_dir(local)
-    latest = reports / "latest"
-    nights = sorted(p.name for p in reports.glob("????-??-??") if (p / REPORT).is_file())
+    latest = store_layout.latest_reports(local)
+    nights = sorted(p.name for p in store_layout.nights(local) if (p / REPORT).is_file())
     if nights and nights[-1] > date:
         return latest  # a past night was rebuilt: latest stays on the newest
-    temporary = reports / ".latest.tmp"
+    temporary = store_layout.latest_swap(local)
     try:
         if temporary.is_symlink() or temporary.exists():
             temporary.unlink()
@@ -308,7 +299,7 @@ def point_latest(local: Path, date: str) -> Path:
         os.replace(temporary, latest)
     except OSError:
         latest.mkdir(parents=True, exist_ok=True)
-        (latest / REPORT).write_text(_redirect(f"../{date}/{REPORT}"), encoding="utf-8")
+        write_atomically(latest / REPORT, _redirect(f"../{date}/{REPORT}"))
     return latest
 
 

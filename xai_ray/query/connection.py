@@ -71,6 +71,7 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
             f"store {str(store)!r} does not exist or is not a folder; run `xai-ray run --store {store}` first"
         )
     con = duckdb.connect(":memory:")
+    con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
     runs = [store_layout.run_dir(root, run_id) for run_id in store_layout.list_runs(root)]
     readable = []
     for table in TABLES:
@@ -186,6 +187,7 @@ def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool 
         raise QueryError(f"no run {missing[0]!r} in the store")
     runs = [store_layout.run_dir(root, run_id) for run_id in run_ids]
     con = duckdb.connect(":memory:")
+    con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
     con.execute("SET VARIABLE union_label = ?", [label])
     con.execute("SET VARIABLE union_runs = ?", [list(run_ids)])
     for table in ("docs", "errors", "tokens", "words", "faithfulness"):  # docs first: the others read it

@@ -8,7 +8,7 @@
 - Per document first: a word's value in a review is its mean over its occurrences there; the
   ranked value is the mean of that over the reviews holding the word, so a review counts once
   however often it repeats a word, and the 95% interval is a t interval over those reviews
-  (``add_interval``).
+  (``add_interval``: the rule of every table, ``intervals``).
 - Support in distinct documents: ``default_min_docs`` scales with the corpus and is never 1.
 - Word classes that can be left out (``WORD_CLASSES``): ``punct`` (made only of Unicode
   punctuation or symbols, categories P* and S*) and ``stop`` (``data/stopwords.txt``).
@@ -16,51 +16,17 @@
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+
+from xai_ray.query.intervals import t_interval
 
 STATS = ("lift", "share")
 WORD_CLASSES = ("punct", "stop")
 STOPWORDS_FILE = Path(__file__).resolve().parents[1] / "data" / "stopwords.txt"
 MIN_DOCS_FLOOR, MIN_DOCS_CEILING, DOCS_PER_SUPPORT = 2, 50, 50
-# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (standard tables).
-T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
-Z975 = 1.959964
 
 
 class WordStatsError(ValueError):
@@ -115,31 +81,11 @@ def query_params(stat: str, min_docs: int, min_count: int, exclude) -> dict:
     }
 
 
-def t975(df: int) -> float:
-    """The 97.5% quantile of Student's t with ``df`` degrees of freedom: the table to 30, then the
-    Cornish-Fisher expansion around the normal quantile (error < 0.001 there)."""
-    if df < 1:
-        return math.nan
-    if df <= len(T975):
-        return T975[df - 1]
-    z = Z975
-    return (
-        z
-        + (z**3 + z) / (4 * df)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
-    )
-
-
 def add_interval(top: pd.DataFrame) -> pd.DataFrame:
-    """Add ``ci_low``/``ci_high``: mean_score +- t(0.975, documents - 1) x sd / sqrt(documents), a
-    95% interval over the documents holding the word (``sd``: the standard deviation of its
-    per-document values). NaN with a single document."""
+    """Add ``ci_low``/``ci_high``: the one interval rule (``intervals.t_interval``) over the
+    documents holding the word (``sd``: the standard deviation of its per-document values). NaN
+    with a single document."""
     if top.empty:
         return top.assign(ci_low=pd.Series(dtype=float), ci_high=pd.Series(dtype=float))
-    documents = top["documents"].astype(float).to_numpy()
-    quantile = np.array([t975(int(d) - 1) for d in documents])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        half = quantile * top["sd"].astype(float).to_numpy() / np.sqrt(documents)
-    mean = top["mean_score"].astype(float).to_numpy()
-    return top.assign(ci_low=mean - half, ci_high=mean + half)
+    low, high = t_interval(top["mean_score"], top["sd"], top["documents"])
+    return top.assign(ci_low=low, ci_high=high)

@@ -1,7 +1,7 @@
 """The pipeline's aggregate stage: the corpus-wide aggregates a report reads, as data.
 
 ``planned(ctx)`` lists them as (named query, parameters), from the report definition and the
-run alone; ``keep_aggregates`` runs those queries once (plus the faithfulness bootstrap, a
+run alone; ``keep_aggregates`` runs those queries once (plus the faithfulness summary, a
 statistic over one more query) and keeps their small results beside the run
 (``store.aggregates``). Nothing here builds a section or a chart (a test checks that keeping
 aggregates imports no chart library); a report with other parameters recomputes what it needs
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xai_ray.query.bootstrap import RESAMPLES, SEED, SUMMARY, bootstrap
 from xai_ray.query.connection import run_named
+from xai_ray.query.intervals import SUMMARY, SUMMARY_PARAMS, faithfulness_summary
 from xai_ray.report import leaderboard
-from xai_ray.report.context import KEPT, Context, context, has_relation
+from xai_ray.report.context import KEPT, Context, context, has_relation, kept_tag
 from xai_ray.report.definition import load_definition
 from xai_ray.store.aggregates import write_aggregate
 
@@ -63,9 +63,9 @@ def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dic
     kept = []
     for name, params in planned(ctx):
         frame = run_named(ctx.con, name, run_id=ctx.run_id, **params)
-        kept.append(write_aggregate(store, ctx.run_id, name, params, frame))
+        kept.append(write_aggregate(store, ctx.run_id, name, kept_tag(name, params), frame))
     if "faithfulness" in definition["sections"] and has_relation(ctx.con, "faithfulness"):
-        summary = bootstrap(run_named(ctx.con, "report_faithfulness", run_id=ctx.run_id), RESAMPLES, SEED)
+        summary = faithfulness_summary(run_named(ctx.con, "report_faithfulness", run_id=ctx.run_id))
         if not summary.empty:  # a run without --evaluate keeps nothing
-            kept.append(write_aggregate(store, ctx.run_id, SUMMARY, {"resamples": RESAMPLES, "seed": SEED}, summary))
+            kept.append(write_aggregate(store, ctx.run_id, SUMMARY, SUMMARY_PARAMS, summary))
     return kept

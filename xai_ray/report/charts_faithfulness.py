@@ -1,4 +1,4 @@
-"""Faithfulness charts: DataFrame of bootstrap summaries (or leaderboard rows) -> ``alt.Chart``; no I/O, no SQL.
+"""Faithfulness charts: DataFrame of faithfulness summaries (or leaderboard rows) -> ``alt.Chart``; no I/O, no SQL.
 
 summary: columns method, layer (NaN for the baselines), metric, mean, lo, hi, n_docs.
 """

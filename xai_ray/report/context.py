@@ -3,6 +3,7 @@ parameters, and a cache of named queries (aggregates kept beside the run are rea
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,12 +13,18 @@ import pandas as pd
 
 from xai_ray.config import ConfigError
 from xai_ray.query import wordstats
-from xai_ray.query.connection import open_store, pick_run, run_named
+from xai_ray.query.connection import open_store, pick_run, run_named, sql_text
 from xai_ray.store.aggregates import read_aggregate
 
 # Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
 # beside the run (``report.aggregates``), so building the report costs the same for 200 reviews or 25,000.
 KEPT = ("report_topk_all", "report_contrast", "report_agreement", "report_leaderboard")
+
+
+def kept_tag(name: str, params: dict) -> dict:
+    """What a kept aggregate is tagged with: its parameters and a digest of the query's text, so a
+    result kept by another version of the query (other columns, another rule) is computed again."""
+    return {**params, "sql": hashlib.sha256(sql_text(name).encode()).hexdigest()[:16]}
 
 
 @dataclass
@@ -50,7 +57,9 @@ class Context:
         """A named query of this run; cached, so sections sharing an aggregate scan once."""
         key = (name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())))
         if key not in self.cache:
-            kept = read_aggregate(self.store, self.run_id, name, params) if self.store and name in KEPT else None
+            kept = None
+            if self.store and name in KEPT:
+                kept = read_aggregate(self.store, self.run_id, name, kept_tag(name, params))
             self.cache[key] = kept if kept is not None else run_named(self.con, name, run_id=self.run_id, **params)
         return self.cache[key]
 

@@ -1,12 +1,12 @@
 """The report's faithfulness section: first the leaderboard (``report.leaderboard``: every method
-ranked by comprehensiveness AOPC, normal-approximation intervals, the random floor as a band,
-cost per review), then per method (and layer) the mean of every metric with a bootstrap 95%
-interval, next to the input x gradient baseline and the random floor.
+ranked by comprehensiveness AOPC, the random floor as a band, cost per review), then per method
+(and layer) the mean of every metric, next to the input x gradient baseline and the random floor.
+Every interval is the one rule of the report's tables (``query.intervals``: a 95% t interval over
+reviews).
 
-The per-document values come from ``sql/report_faithfulness.sql``; the bootstrap resamples
-documents (the same resamples for every method, so their intervals are comparable) and is
-seeded, so a report is reproducible. Its small result is kept beside the run by the pipeline's
-aggregate stage (``report.sections.KEPT``), so building the report stays flat as runs grow.
+The per-document values come from ``sql/report_faithfulness.sql``; their small summary is kept
+beside the run by the pipeline's aggregate stage (``report.aggregates``), so building the report
+stays flat as runs grow.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import html
 
 import pandas as pd
 
-from xai_ray.query.bootstrap import RESAMPLES, SEED, SUMMARY, bootstrap
+from xai_ray.query.intervals import RULE, SUMMARY, SUMMARY_PARAMS, faithfulness_summary
 from xai_ray.report import charts_faithfulness as charts
 from xai_ray.report import leaderboard
 from xai_ray.report.blocks import Fragment, Section
@@ -33,13 +33,12 @@ BETTER = {
 
 
 def summary_of(ctx: Context) -> pd.DataFrame:
-    """The bootstrap summary of the run: kept beside it, else computed and cached for keeping."""
-    params = {"resamples": RESAMPLES, "seed": SEED}
-    key = (SUMMARY, tuple(sorted(params.items())))
+    """The faithfulness summary of the run: kept beside it, else computed and cached for keeping."""
+    key = (SUMMARY, tuple(sorted(SUMMARY_PARAMS.items())))
     if key in ctx.cache:
         return ctx.cache[key]
-    kept = read_aggregate(ctx.store, ctx.run_id, SUMMARY, params) if ctx.store else None
-    summary = kept if kept is not None else bootstrap(ctx.query("report_faithfulness"), **params)
+    kept = read_aggregate(ctx.store, ctx.run_id, SUMMARY, SUMMARY_PARAMS) if ctx.store else None
+    summary = kept if kept is not None else faithfulness_summary(ctx.query("report_faithfulness"))
     if not summary.empty:  # a run without --evaluate keeps nothing
         ctx.cache[key] = summary
     return summary
@@ -63,11 +62,7 @@ def faithfulness(ctx: Context) -> Section | None:
     methods = order_methods(summary["method"].unique().tolist(), ctx.methods)
     n_docs = int(summary["n_docs"].max())
     items = _leaderboard(ctx)
-    items.append(
-        charts.by_layer(
-            summary, HEADLINE, f"Faithfulness per layer, mean and 95% bootstrap interval ({n_docs} reviews)"
-        )
-    )
+    items.append(charts.by_layer(summary, HEADLINE, f"Faithfulness per layer, mean and {RULE} ({n_docs} reviews)"))
     curves = _curves(summary, ctx.last_layer)
     if not curves.empty:
         items.append(
@@ -85,8 +80,8 @@ def faithfulness(ctx: Context) -> Section | None:
         "kept (lower = more faithful); AOPC = mean over the shares. spearman_loo / spearman_grad: rank "
         "correlation of the token scores with leave-one-out importance (token replaced by the mask token) "
         "and with input x gradient (higher = agrees more). Dashed rules: the baselines, input x gradient "
-        "and a seeded random ranking (the floor), shaded by their 95% interval. Intervals: percentile "
-        f"bootstrap over reviews, {RESAMPLES} resamples. "
+        "and a seeded random ranking (the floor), shaded by their 95% interval. Intervals: "
+        f"{RULE} (mean +- t(0.975, reviews - 1) x sd / sqrt(reviews)). "
         + _verdict(summary, ctx.last_layer, methods)
         + _cost(ctx, n_docs)
     )
@@ -98,9 +93,11 @@ def _leaderboard(ctx: Context) -> list:
     board = ctx.query("report_leaderboard", **leaderboard.PARAMS)
     if board.empty:
         return []
-    board = leaderboard.board_with_costs(board, ctx.manifest, int(ctx.summary["n_docs"] or 0))
+    board = leaderboard.board_with_costs(
+        leaderboard.with_intervals(board), ctx.manifest, int(ctx.summary["n_docs"] or 0)
+    )
     reviews = int(board["n_docs"].max())
-    title = f"Faithfulness leaderboard: comprehensiveness AOPC with 95% intervals, cost per review ({reviews} reviews)"
+    title = f"Faithfulness leaderboard: comprehensiveness AOPC with {RULE}, cost per review ({reviews} reviews)"
     return [
         charts.leaderboard(board, title),
         Fragment(f"<p class='note'>{html.escape(leaderboard.note(board))}</p>"),
@@ -165,7 +162,8 @@ def _table(summary: pd.DataFrame, methods: list[str]) -> str:
             style = " style='font-style:italic'" if method == RANDOM else ""
             where = "" if layer is None else str(int(layer))
             rows.append(f"<tr{style}><td>{html.escape(method)}</td><td>{where}</td>{values}</tr>")
-    return f"<table class='faithfulness'><tr><th>method</th><th>layer</th>{head}</tr>{''.join(rows)}</table>"
+    caption = f"<caption>mean [{RULE}]</caption>"
+    return f"<table class='faithfulness'>{caption}<tr><th>method</th><th>layer</th>{head}</tr>{''.join(rows)}</table>"
 
 
 def _cell(by_metric: pd.DataFrame, metric: str) -> str:

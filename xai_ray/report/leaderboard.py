@@ -3,7 +3,8 @@ comprehensiveness AOPC (DeYoung et al. 2020, ERASER), with 95% intervals, the ra
 what each method cost per review.
 
 Rows come from ``sql/report_leaderboard.sql`` (any method name, layered or not; a layered
-method's best and last layer); costs from the manifest's ``timings.actor_seconds``, which the
+method's best and last layer), their intervals from the rule of every table (``query.intervals``,
+``with_intervals``); costs from the manifest's ``timings.actor_seconds``, which the
 scoring actors fill per method under the method's own name, plus the backward pass a gradient
 method reads (``scoring.gradient_pass``), and the evaluation's input x gradient under ``gradient``. Nothing here knows the list of methods, so methods added later
 rank as they come.
@@ -15,6 +16,7 @@ import html
 
 import pandas as pd
 
+from xai_ray.query.intervals import RULE, t_interval
 from xai_ray.report.blocks import number
 from xai_ray.scoring.faithfulness import GRADIENT, RANDOM
 from xai_ray.scoring.gradient_pass import pass_seconds_key
@@ -24,6 +26,14 @@ PARAMS = {"metric": METRIC, "floor": RANDOM}
 # Methods timed under another name: the evaluation's own input x gradient is one backward per batch.
 TIMED_AS = {GRADIENT: "gradient"}
 FORWARD = "forward"  # the capture forward every attention method reads, timed once per review
+
+
+def with_intervals(board: pd.DataFrame) -> pd.DataFrame:
+    """The query's rows plus ``lo``/``hi`` (of the mean, over ``n_docs`` reviews) and
+    ``gain_lo``/``gain_hi`` (of the paired gain over the floor, over ``n_paired``), by the one rule."""
+    lo, hi = t_interval(board["mean"], board["sd"], board["n_docs"])
+    gain_lo, gain_hi = t_interval(board["gain"], board["gain_sd"], board["n_paired"])
+    return board.assign(lo=lo, hi=hi, gain_lo=gain_lo, gain_hi=gain_hi)
 
 
 def board_with_costs(board: pd.DataFrame, manifest: dict, n_docs: int) -> pd.DataFrame:
@@ -72,7 +82,7 @@ def note(board: pd.DataFrame) -> str:
         "class's probability when the method's top tokens are removed, averaged over the shares; higher = "
         "more faithful). A method with layers appears at its best layer and at its last layer; the best "
         "layer is picked on these same reviews, so its mean is optimistic.",
-        "Intervals: 95%, normal approximation over reviews (mean +- 1.96 x sd / sqrt(reviews)).",
+        f"Intervals: {RULE} (mean +- t(0.975, reviews - 1) x sd / sqrt(reviews)).",
     ]
     if not floor.empty:
         row = floor.iloc[0]
@@ -113,8 +123,8 @@ def table(board: pd.DataFrame) -> str:
         for h in (
             "rank",
             "method",
-            "comprehensiveness AOPC [95% CI]",
-            "minus random, same reviews [95% CI]",
+            "comprehensiveness AOPC [95% t interval]",
+            "minus random, same reviews [95% t interval]",
             "reviews",
             "seconds per review",
             "x capture forward",

@@ -14,7 +14,8 @@ Layout (private; the SQL views in ``query`` are the public interface)::
     STORE/runs/run_id=<id>/report.html
     STORE/_staging/run_id=<id>/...            (a run being written; never read by the views)
     STORE/_staging/run_id=<id>/config.yaml    (the resolved config: what ``--resume`` reads)
-    STORE/reports/YYYY-MM-DD/report.html, nightly.json; STORE/reports/latest  (nightly reports)
+    STORE/reports/YYYY-MM-DD/report.html, nightly.json  (nightly reports, and what made each)
+    STORE/reports/latest -> YYYY-MM-DD       (the newest night; swapped in as reports/.latest.tmp)
     STORE/logs/<run id>.log                   (what Ray, setuptools and warnings said during the run)
     STORE/.nightly.lock
 """
@@ -29,6 +30,8 @@ from xai_ray.store import StoreError
 MANIFEST = "manifest.json"
 REPORT = "report.html"
 CONFIG = "config.yaml"
+NIGHT_RECORD = "nightly.json"
+LATEST = "latest"
 RUN_PREFIX = "run_id="
 
 
@@ -109,6 +112,27 @@ def reports_dir(store: str | Path) -> Path:
 
 def night_report(store: str | Path, date: str) -> Path:
     return reports_dir(store) / date / REPORT
+
+
+def night_record(store: str | Path, date: str) -> Path:
+    """What a night's report was built from (config, key, runs, versions), beside the report."""
+    return reports_dir(store) / date / NIGHT_RECORD
+
+
+def nights(store: str | Path) -> list[Path]:
+    """The dated report folders (``reports/YYYY-MM-DD``), in no particular order."""
+    return list(reports_dir(store).glob("????-??-??"))
+
+
+def latest_reports(store: str | Path) -> Path:
+    """``reports/latest``: a relative symlink to the newest night's folder (or, where links cannot
+    be made, a folder whose report redirects there)."""
+    return reports_dir(store) / LATEST
+
+
+def latest_swap(store: str | Path) -> Path:
+    """The new ``latest`` link, made under this name and renamed over the old one."""
+    return reports_dir(store) / f".{LATEST}.tmp"
 
 
 def nightly_lock(store: str | Path) -> Path:

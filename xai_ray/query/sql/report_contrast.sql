@@ -2,7 +2,8 @@
 -- predicted negative (class 0), and the reverse (two-class models only: the report leaves this
 -- out for more classes, where classes 0 and 1 are no opposites): the $k largest gaps of the mean per-document
 -- $stat (as topk.sql) on each side. A gap is between two measured means, so a word must be in
--- at least $min_docs documents (and $min_count occurrences) of each of the two groups.
+-- at least $min_docs documents (and $min_count occurrences) of each of the two groups
+-- (macro_counted_word.sql, given the smaller group's support).
 -- Parameters: $run_id, $method, $layer, $stat, $min_docs, $min_count, $exclude_punct, $stopwords, $k.
 with run_docs as (
     select doc_id, pred
@@ -34,11 +35,6 @@ per_word as (
     from per_doc
     inner join run_docs on per_doc.doc_id = run_docs.doc_id
     group by per_doc.word
-    having
-        count(*) filter (where run_docs.pred = 1) >= $min_docs
-        and count(*) filter (where run_docs.pred = 0) >= $min_docs
-        and sum(per_doc.occurrences) filter (where run_docs.pred = 1) >= $min_count
-        and sum(per_doc.occurrences) filter (where run_docs.pred = 0) >= $min_count
 ),
 
 ranked as (
@@ -52,8 +48,16 @@ ranked as (
     from per_word
     where
         mean_pos <> mean_neg
-        and not ($exclude_punct and regexp_full_match(word, '[\pP\pS]+'))
-        and not list_contains($stopwords, word)
+        -- support in each group: the smaller group's must pass
+        and counted_word(
+            word,
+            least(documents_pos, documents_neg),
+            least(occurrences_pos, occurrences_neg),
+            $min_docs,
+            $min_count,
+            $exclude_punct,
+            $stopwords
+        )
 ),
 
 final as (

@@ -1,6 +1,6 @@
 -- Faithfulness values of one run, one row per document, method, layer and metric: what the
--- report's bootstrap resamples (by document, so every method is resampled alike). Undefined
--- values (null) are left out. Parameters: $run_id.
+-- report summarizes per method, layer and metric (query.intervals.faithfulness_summary: the mean
+-- and its 95% t interval over documents). Undefined values (null) are left out. Parameters: $run_id.
 with final as (
     select method, layer, metric, doc_id, value
     from faithfulness

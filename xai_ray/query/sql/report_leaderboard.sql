@@ -3,10 +3,11 @@
 -- A method with layers gets two rows, its best layer (highest mean; chosen on these same
 -- documents, so its mean is optimistic) and its last layer, or one row when they are the same
 -- layer; a method without layers (the baselines) one row. Any method name is taken as it comes.
--- Intervals: normal approximation over documents, mean +- 1.959964 x sd / sqrt(n_docs) (sd the
--- sample standard deviation of the per-document values; null below two documents). gain is the
--- paired difference from the floor method $floor on the same documents (mean and interval as
--- above): whether a method beats the floor is read from it, not from two overlapping intervals.
+-- sd is the sample standard deviation of the per-document values (null below two documents),
+-- which the report turns into the interval of every table (query.intervals: a 95% t interval).
+-- gain is the paired difference from the floor method $floor on the same documents (gain_sd its
+-- standard deviation): whether a method beats the floor is read from its interval, not from two
+-- overlapping intervals.
 -- Parameters: $run_id, $metric, $floor.
 with metric_values as (
     select method, layer, doc_id, value
@@ -63,13 +64,11 @@ final as (
         layer,
         which,
         mean,
-        mean - 1.959964 * sd / sqrt(n_docs) as lo,
-        mean + 1.959964 * sd / sqrt(n_docs) as hi,
+        sd,
         n_docs,
         method = $floor as is_floor,
         case when method <> $floor then gain end as gain,
-        case when method <> $floor then gain - 1.959964 * gain_sd / sqrt(n_paired) end as gain_lo,
-        case when method <> $floor then gain + 1.959964 * gain_sd / sqrt(n_paired) end as gain_hi,
+        case when method <> $floor then gain_sd end as gain_sd,
         n_paired
     from chosen
 )

@@ -2,8 +2,8 @@
 -- slice per method and layer: the data behind every top-k chart of the report in one scan.
 -- Ranked as topk.sql: per document first (a word's mean $stat over its occurrences in the
 -- document), then the mean over the documents of the slice holding the word, with the standard
--- deviation over them for the interval; words in fewer than $min_docs documents or with fewer
--- than $min_count occurrences of a slice dropped, word classes filtered as in topk.sql.
+-- deviation over them for the interval; which words count in a slice (support, word classes) is
+-- macro_counted_word.sql's.
 -- At most methods x layers x (classes + 1) x $k rows.
 -- Parameters: $run_id, $stat, $min_docs, $min_count, $exclude_punct, $stopwords, $k.
 with run_docs as (
@@ -68,11 +68,8 @@ kept as (
         documents
     from slices
     where
-        documents >= $min_docs
-        and occurrences >= $min_count
-        and total is not null
-        and not ($exclude_punct and regexp_full_match(word, '[\pP\pS]+'))
-        and not list_contains($stopwords, word)
+        total is not null
+        and counted_word(word, documents, occurrences, $min_docs, $min_count, $exclude_punct, $stopwords)
 ),
 
 final as (

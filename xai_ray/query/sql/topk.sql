@@ -4,7 +4,8 @@
 -- document is its mean over its occurrences there ($stat: 'lift' or 'share'); the ranked
 -- mean_score is the mean of those over the documents holding the word, sd their standard
 -- deviation (the 95% interval is added from it). Reads only the words file of that method and
--- layer (partition pruning); word classes are filtered after aggregation, on distinct words.
+-- layer (partition pruning); which words count (support, word classes: macro_counted_word.sql)
+-- is decided after aggregation, on distinct words.
 -- Parameters: $run_id, $method, $layer, $stat, $min_docs, $min_count, $exclude_punct, $stopwords, $k.
 with occurrences as (
     select
@@ -31,7 +32,6 @@ per_word as (
         count(*) as documents
     from per_doc
     group by word
-    having count(*) >= $min_docs and sum(occurrences) >= $min_count
 ),
 
 kept as (
@@ -39,8 +39,7 @@ kept as (
     from per_word
     where
         mean_score is not null
-        and not ($exclude_punct and regexp_full_match(word, '[\pP\pS]+'))
-        and not list_contains($stopwords, word)
+        and counted_word(word, documents, occurrences, $min_docs, $min_count, $exclude_punct, $stopwords)
 ),
 
 final as (

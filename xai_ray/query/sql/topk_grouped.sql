@@ -42,7 +42,6 @@ per_word as (
     from per_doc
     inner join run_docs on per_doc.doc_id = run_docs.doc_id
     group by run_docs.grp, per_doc.word
-    having count(*) >= $min_docs and sum(per_doc.occurrences) >= $min_count
 ),
 
 kept as (
@@ -50,8 +49,7 @@ kept as (
     from per_word
     where
         mean_score is not null
-        and not ($exclude_punct and regexp_full_match(word, '[\pP\pS]+'))
-        and not list_contains($stopwords, word)
+        and counted_word(word, documents, occurrences, $min_docs, $min_count, $exclude_punct, $stopwords)
 ),
 
 final as (

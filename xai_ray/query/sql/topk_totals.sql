@@ -28,11 +28,8 @@ kept as (
         documents
     from slices
     where
-        documents >= $min_docs
-        and occurrences >= $min_count
-        and total is not null
-        and not ($exclude_punct and regexp_full_match(word, '[\pP\pS]+'))
-        and not list_contains($stopwords, word)
+        total is not null
+        and counted_word(word, documents, occurrences, $min_docs, $min_count, $exclude_punct, $stopwords)
 ),
 
 final as (
