@@ -196,6 +196,7 @@ DRIVER = (
 )
 
 
+@pytest.mark.slow  # two interpreters and a query that runs into its limit: 2-6 s each
 @pytest.mark.parametrize("query, limits", list(itertools.product(BUSTERS, LIMITS)))
 def test_a_query_past_a_limit_ends_within_it_in_one_sentence(store, unchanged, query, limits):
     flags = ["--memory-limit", limits.memory_limit, "--timeout", f"{limits.timeout_s:g}"]
@@ -217,6 +218,7 @@ def test_a_query_past_a_limit_ends_within_it_in_one_sentence(store, unchanged, q
     assert query_kib * 1024 < process_cap(limits) + 400 * MiB, query_kib  # interpreter + views + the cap
 
 
+@pytest.mark.slow
 def test_the_notebook_connection_has_the_same_limits(store, unchanged):
     con = xai_ray.open_store(store, timeout=2, memory_limit="64MB")
     rss = _rss()

@@ -158,7 +158,7 @@ def main() -> int:
         pa.set_cpu_count(limits.threads)
         pa.set_io_thread_count(limits.threads)
         con = open_store(request["store"], limits=limits)
-        _cap_data(process_cap(limits))
+        _cap(process_cap(limits), limits)
         writer = None
         for batch in stream_arrow(con, request["query"], request["params"], None, BATCH_ROWS):
             sent += batch.nbytes
@@ -185,11 +185,18 @@ def main() -> int:
         return 0
 
 
-def _cap_data(extra: int) -> None:
+def _cap(extra: int, limits: Limits) -> None:
     """Cap the data segment at what it is now plus ``extra`` bytes (Linux counts every private
-    writable mapping in it since 4.7: the heap, DuckDB's and Arrow's allocations, thread stacks)."""
+    writable mapping in it since 4.7: the heap, DuckDB's and Arrow's allocations, thread stacks).
+    Also: no core file (a failed allocation's abort would write one into the working folder), and
+    CPU seconds a little past what its threads can use in the timeout, in case its parent, which
+    kills it at the timeout, is gone."""
+    import math
     import resource
 
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    cpu = math.ceil(limits.timeout_s * (limits.threads + 2)) + 10
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
     try:
         with open("/proc/self/status") as status:
             now = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:"))
