@@ -2,7 +2,8 @@
 
 Runs, side by side in one run and each in its own fresh Python process, the same query over an
 empty store printed as CSV to /dev/null:
-  (a) streamed: `xai_ray.cli` as shipped (record batches of 10,000 rows, printed as they come),
+  (a) streamed: `xai_ray.cli` as shipped (record batches from its query process, printed as they
+      come; the peak is the larger of the command's and its query process's),
   (b) materialised: the former path, the whole result as one pandas DataFrame, then `to_csv`.
 Prints each process's peak resident memory (ru_maxrss) and the ratio b/a.
 Usage: python bench/sql_stream.py [--rows 5000000]
@@ -23,7 +24,8 @@ from xai_ray import cli
 with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
     status = cli.main(["sql", "--store", sys.argv[1], "--timeout", "600", "--memory-limit", "8GB", sys.argv[2],
                        "--format", "csv"])
-print(status, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+peaks = [resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+print(status, max(peaks), file=sys.stderr)
 """
 MATERIALISED = """
 import os, resource, sys

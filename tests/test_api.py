@@ -109,17 +109,17 @@ def test_docs_words_and_topk_as_dataframes(api_run):
 def test_open_store_reads_and_refuses_writes(api_run, tmp_path):
     run, folder, _ = api_run
     con = xai_ray.open_store(folder / "store")
-    assert con.sql("select count(*) from docs").fetchall() == [(7,)]
-    assert con.execute("select count(*) from errors where run_id = $r", {"r": "api-run"}).fetchone()[0] == 1
+    assert con.sql("select count(*) as n from docs").n.tolist() == [7]
+    assert con.sql("select count(*) as n from errors where run_id = $r", {"r": "api-run"}).n.tolist() == [1]
     for statement in (
         f"copy docs to '{folder / 'store' / 'x.csv'}'",
         "create table t as select 1",
         f"attach '{tmp_path / 'x.db'}'",
     ):
         with pytest.raises(QueryError, match="read-only"):
-            con.execute(statement)
-    with pytest.raises(Exception, match="(?i)permission|not allowed|disabled"):
-        con.sql(f"select * from read_csv('{tmp_path}/nothing.csv')").fetchall()
+            con.sql(statement)
+    with pytest.raises(QueryError, match="(?i)permission|not allowed|disabled"):
+        con.sql(f"select * from read_csv('{tmp_path}/nothing.csv')")
     assert not (folder / "store" / "x.csv").exists()
     with pytest.raises(AttributeError, match="read-only"):
         con.cursor()

@@ -51,6 +51,7 @@ def test_quickstart_notebook_runs_in_a_kernel(monkeypatch, tmp_path):
 
     assert "xai-ray run" in html_of("run = xai_ray.run")  # the run's own summary
     assert "<table" in html_of("top = run.topk")  # a DataFrame
+    assert "cls_mass" in html_of("con = xai_ray.open_store")  # SQL through the query process, a DataFrame back
     assert html_of("page = run.report").startswith("<iframe srcdoc=")  # the whole report, inline
     assert "<table" in html_of("review = xai_ray.explain")  # its word scores
     assert html_of("review").startswith("<iframe srcdoc=")  # the explain page, inline

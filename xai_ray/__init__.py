@@ -5,7 +5,7 @@ In a notebook::
     import xai_ray
     run = xai_ray.run(data="../shared/data/imdb/train.parquet", model="minilm", limit=50, store="store")
     run.docs(); run.words(); run.topk(); run.report()
-    con = xai_ray.open_store("store")                    # read-only DuckDB with the views
+    con = xai_ray.open_store("store")                    # read-only SQL over the views: con.sql(...)
     xai_ray.explain("A slow start, but superb.", model="minilm")  # renders inline; .scores
 """
 

@@ -1,7 +1,7 @@
 """The notebook API: ``xai_ray.run``, ``open_store``, ``explain`` and the report's charts.
 
 Each call goes through what the command line runs (``config.resolve`` -> ``pipeline.run``;
-``query.open_store``; ``report.explain.explain_page``; the report's own section
+``query.isolated``; ``report.explain.explain_page``; the report's own section
 builders), so a notebook and ``xai-ray run`` publish the same runs into the same stores. Results
 come back as pandas DataFrames and as objects that render themselves inline (``_repr_html_``).
 
@@ -50,55 +50,70 @@ def run(
     return Run(store=remote.local_store(cfg.store), run_id=result.run_id, manifest=result.manifest, page=result.report)
 
 
-def open_store(path: str = "store") -> ReadOnlyConnection:
-    """The store's sandboxed, read-only DuckDB connection with its views (runs, docs, tokens, words,
-    errors, faithfulness, heads, head_similarity), as ``xai-ray sql`` opens it."""
-    from xai_ray.query import connection as query
+def open_store(
+    path: str = "store", *, timeout: float = 60.0, memory_limit: str = "2GB", threads: int = 2, max_output: str = "1GB"
+) -> ReadOnlyConnection:
+    """The store's views (runs, docs, tokens, words, errors, faithfulness, heads, head_similarity) for
+    read-only SQL, run as ``xai-ray sql`` runs it: the same guard, sandbox, process and limits
+    (``timeout`` seconds, ``memory_limit``, ``threads``, ``max_output``: its flags)."""
+    from xai_ray.query.limits import Limits
     from xai_ray.store import remote
 
-    return ReadOnlyConnection(query.open_store(remote.local_store(path)))
+    limits = Limits(memory_limit=memory_limit, threads=threads, timeout_s=timeout, max_output=max_output)
+    return ReadOnlyConnection(remote.local_store(path), limits)
 
 
 class ReadOnlyConnection:
-    """A DuckDB connection that runs only statements that read (``query.user_sql.check_read_only``): the sandbox
-    keeps reads inside the store, this keeps COPY/EXPORT/ATTACH from writing into it."""
+    """Read-only SQL over a store, with no DuckDB object inside to reach: each query runs as
+    ``xai-ray sql`` runs it (``query.isolated``: statement guard, sandboxed connection, a child
+    process under the memory cap, killed at the timeout) and comes back as a DataFrame or an Arrow
+    table."""
 
-    DELEGATED = (
-        "fetchall",
-        "fetchone",
-        "fetchdf",
-        "fetchnumpy",
-        "fetch_arrow_table",
-        "df",
-        "arrow",
-        "table",
-        "view",
-        "description",
-        "close",
-    )
+    def __init__(self, store, limits) -> None:
+        self.store = store
+        self.limits = limits
+        self.closed = False
 
-    def __init__(self, con) -> None:
-        self._con = con
+    def sql(self, query: str, params=None) -> pd.DataFrame:
+        """The rows of a read-only query as a DataFrame; ``params`` (a list, or a dict for ``$name``)
+        are bound to it."""
+        return self.arrow(query, params).to_pandas()
 
-    def execute(self, query: str, parameters=None):
-        from xai_ray.query.user_sql import check_read_only
+    df = sql
 
-        check_read_only(self._con, query)
-        return self._con.execute(query, parameters) if parameters is not None else self._con.execute(query)
+    def arrow(self, query: str, params=None):
+        """The rows of a read-only query as a ``pyarrow.Table``."""
+        from xai_ray.query import isolated
+        from xai_ray.query.connection import QueryError
 
-    def sql(self, query: str, params=None):
-        """A DuckDB relation (``.df()``, ``.show()``) of a read-only query."""
-        from xai_ray.query.user_sql import check_read_only
+        if self.closed:
+            raise QueryError("the store's connection is closed; open it again with xai_ray.open_store")
+        return isolated.run(self.store, query, self.limits, params)
 
-        check_read_only(self._con, query)
-        return self._con.sql(query, params=params)
+    def tables(self) -> list[str]:
+        """The views a query can read."""
+        return self.sql("select view_name from duckdb_views() where not internal order by view_name").view_name.tolist()
 
-    query = sql
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> ReadOnlyConnection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        limits = self.limits
+        return (
+            f"<xai-ray store {str(self.store)!r}, read-only: timeout {limits.timeout_s:g} s, memory "
+            f"{limits.memory_limit}, {limits.threads} threads, output {limits.max_output}>"
+        )
 
     def __getattr__(self, name: str):
-        if name in self.DELEGATED:
-            return getattr(self._con, name)
-        raise AttributeError(f"the store's read-only connection has no {name!r} (queries: .sql, .execute)")
+        raise AttributeError(
+            f"the store's read-only connection has no {name!r}; queries: .sql, .df (DataFrames), .arrow, .tables"
+        )
 
 
 @dataclass
@@ -110,6 +125,7 @@ class Run:
     manifest: dict = field(default_factory=dict, repr=False)
     page: Path | None = None
     _con: object = field(default=None, repr=False)
+    _db: object = field(default=None, repr=False)
 
     @classmethod
     def load(cls, store: str = "store", run_id: str | None = None) -> Run:
@@ -123,9 +139,18 @@ class Run:
 
     @property
     def con(self) -> ReadOnlyConnection:
+        """The store's read-only connection for SQL of your own (``open_store``)."""
         if self._con is None:
             self._con = open_store(self.store)
         return self._con
+
+    def _database(self):
+        # The run's own queries (fixed text, bound values) on the sandboxed connection, in process.
+        if self._db is None:
+            from xai_ray.query import connection as query
+
+            self._db = query.open_store(self.store)
+        return self._db
 
     @property
     def counts(self) -> dict:
@@ -135,7 +160,7 @@ class Run:
         clauses = ["run_id = $run_id"] + [f"{key} = ${key}" for key, value in where.items() if value is not None]
         params = {"run_id": self.run_id, **{k: v for k, v in where.items() if v is not None}}
         # table and column names are ours (fixed above), values are bound
-        return self.con.execute(f"select * from {table} where {' and '.join(clauses)}", params).df()
+        return self._database().execute(f"select * from {table} where {' and '.join(clauses)}", params).df()
 
     def docs(self) -> pd.DataFrame:
         """One row per scored document: doc_id, label, pred, prob_pos, probs, n_tokens, n_words, truncated, text."""
@@ -170,7 +195,16 @@ class Run:
         methods = self.manifest.get("config", {}).get("methods") or ["rollout"]
         method = method or ("rollout" if "rollout" in methods else methods[0])
         return topk(
-            self.con._con, self.run_id, method, layer, k, min_count, by, stat=stat, min_docs=min_docs, exclude=exclude
+            self._database(),
+            self.run_id,
+            method,
+            layer,
+            k,
+            min_count,
+            by,
+            stat=stat,
+            min_docs=min_docs,
+            exclude=exclude,
         )
 
     def report(self, out: str | Path | None = None) -> Page:

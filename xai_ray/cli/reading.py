@@ -17,7 +17,7 @@ def add_parsers(sub) -> None:
     sql.add_argument("query", help="one SQL statement over runs, docs, tokens, words, errors, faithfulness, heads")
     flags.add_store(sql)
     add_format(sql)
-    add_limits(sql)
+    add_limits(sql, output=True)
 
     top = sub.add_parser("topk", help="top-k words of a run by mean length-fair score, with 95%% intervals")
     flags.add_store(top)
@@ -115,28 +115,47 @@ def add_format(parser) -> None:
     )
 
 
-def add_limits(parser) -> None:
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before the query is stopped (default 60)")
-    parser.add_argument("--memory-limit", dest="memory_limit", default="2GB", help="DuckDB memory_limit (default 2GB)")
-    parser.add_argument("--threads", type=int, default=2, help="DuckDB threads (default 2)")
+def add_limits(parser, output: bool = False) -> None:
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds before the query is stopped, 1 to 86400 (default 60)"
+    )
+    parser.add_argument(
+        "--memory-limit",
+        dest="memory_limit",
+        default="2GB",
+        help="DuckDB memory_limit, 16MB to this machine's memory; user SQL's process is capped near twice it "
+        "(default 2GB)",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="DuckDB threads, 1 to 64 (default 2)")
+    if output:
+        parser.add_argument(
+            "--max-output",
+            dest="max_output",
+            default="1GB",
+            help="the result's size in memory (Arrow bytes), at least 1MB; one row at most 64MiB (default 1GB)",
+        )
 
 
 def limits_of(args):
-    from xai_ray.query.connection import Limits
+    from xai_ray.query.limits import Limits
 
-    if not args.timeout > 0 or args.threads < 1:
-        raise ConfigError(f"--timeout must be > 0 and --threads >= 1, got {args.timeout:g} and {args.threads}")
-    return Limits(memory_limit=args.memory_limit, threads=args.threads, timeout_s=args.timeout)
+    return Limits(
+        memory_limit=args.memory_limit,
+        threads=args.threads,
+        timeout_s=args.timeout,
+        max_output=getattr(args, "max_output", Limits.max_output),
+    )
 
 
 def cmd_sql(args) -> int:
-    from xai_ray.query.connection import open_store
-    from xai_ray.query.user_sql import stream_sql
+    import contextlib
+
+    from xai_ray.query import isolated
     from xai_ray.store.remote import local_store
 
     limits = limits_of(args)
-    con = open_store(local_store(args.store), limits=limits)
-    _print(stream_sql(con, args.query, limits.timeout_s), args.format)
+    with contextlib.closing(isolated.stream(local_store(args.store), args.query, limits)) as batches:
+        _print((batch.to_pandas() for batch in batches), args.format)
     return 0
 
 

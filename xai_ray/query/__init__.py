@@ -1,4 +1,5 @@
 """DuckDB over a store: the sandboxed connection and its views (``connection``), SQL a user types
-(``user_sql``, judged by ``guard``), the top words (``top_words``, defined by ``wordstats``); every
-query one file in ``sql/``.
+(``user_sql``, judged by ``guard``, run in a capped child process by ``isolated`` under
+``limits``), the top words (``top_words``, defined by ``wordstats``); every query one file in
+``sql/``.
 """

@@ -4,9 +4,9 @@
 The connection is in memory and sandboxed once the views exist: it can open only the store's own
 Parquet files (each by its exact path: not the manifests, not a new file, not DuckDB's temp folder,
 which it does not get), cannot attach databases or install extensions, and its settings are
-locked. User SQL (``user_sql``) also passes the statement guard (``guard``), runs under a memory
-limit, a thread count and a timeout, and streams its rows in record batches; the top words are
-``top_words``'.
+locked. User SQL (``user_sql``) also passes the statement guard (``guard``), runs in a child
+process of its own under a memory cap, a thread count and a timeout (``isolated``, ``limits``),
+and streams its rows in record batches; the top words are ``top_words``'.
 Queries live one per file in ``xai_ray/query/sql``; every value is bound as a parameter.
 
 Why files and not Arrow datasets: serving the views over ``pyarrow.dataset`` objects would leave
@@ -18,12 +18,12 @@ gives the same reach (the store's Parquet parts, read only) with the native read
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from xai_ray.query.limits import Limits, QueryError
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import RUNS
 from xai_ray.store.schemas import TABLES as SCHEMAS
@@ -40,20 +40,6 @@ PARTITIONS = {
     "heads": {"run_id": pa.string()},
     "head_similarity": {"run_id": pa.string()},
 }
-
-
-class QueryError(ValueError):
-    """A query cannot run as asked; the message says why."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one user query may use: DuckDB's ``memory_limit`` and ``threads``, and seconds before
-    it is interrupted."""
-
-    memory_limit: str = "2GB"
-    threads: int = 2
-    timeout_s: float = 60.0
 
 
 def sql_text(name: str) -> str:
@@ -106,20 +92,12 @@ def lock_down(con, readable: list[str], limits: Limits | None = None) -> None:
     except duckdb.InvalidInputException:
         pass  # a Jupyter kernel without ipywidgets refuses to change it at all (and then draws no bar)
     if limits is not None:
-        con.execute(f"SET memory_limit = '{_memory(limits.memory_limit)}'")  # SET takes no parameters
+        con.execute(f"SET memory_limit = '{limits.memory_bytes}B'")  # SET takes no parameters; checked by Limits
         con.execute(f"SET threads = {int(limits.threads)}")
     con.execute("SET allowed_directories = []")
     con.execute("SET allowed_paths = ?", [readable])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
-
-
-def _memory(value: str) -> str:
-    import re
-
-    if not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", str(value).strip(), flags=re.IGNORECASE):
-        raise QueryError(f"--memory-limit must be a size such as 512MB or 4GB, got {value!r}")
-    return str(value).strip()
 
 
 def _empty(table: str) -> pa.Table:

@@ -1,6 +1,7 @@
 """SQL a user typed (``xai-ray sql``, ``open_store`` in a notebook): refused unless it only reads
 (``guard`` looks inside EXPLAIN, WITH, PIVOT and the like), run under a timeout, streamed in
-record batches so a large result never sits whole in memory."""
+record batches so a large result never sits whole in memory. ``isolated`` runs it this way in a
+child process under a memory cap."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 from collections.abc import Iterator
 
 import duckdb
+import pyarrow as pa
 
 from xai_ray.query.connection import QueryError
 from xai_ray.query.guard import RefusedStatement, check_reads
@@ -39,32 +41,35 @@ def run_sql(con, text: str, timeout_s: float | None = None):
 
 
 def stream_sql(con, text: str, timeout_s: float | None = None, batch_rows: int = 10_000) -> Iterator:
-    """User SQL as pandas DataFrames of at most ``batch_rows`` rows (at least one, maybe empty).
+    """User SQL as pandas DataFrames of at most ``batch_rows`` rows (at least one, maybe empty)."""
+    for batch in stream_arrow(con, text, None, timeout_s, batch_rows):
+        yield batch.to_pandas()
+
+
+def stream_arrow(con, text: str, params=None, timeout_s: float | None = None, batch_rows: int = 10_000) -> Iterator:
+    """User SQL as Arrow record batches of at most ``batch_rows`` rows (at least one, maybe empty).
 
     Only statements the guard finds to read run; each runs until ``timeout_s`` seconds have
-    passed, counted from its start to its last row, then ``con.interrupt()`` stops it.
+    passed, counted from its start to its last row, then ``con.interrupt()`` stops it. ``params``
+    (a list or a dict) are bound to the last statement.
     """
     statements = check_read_only(con, text)
     if not statements:
         raise QueryError("the query is empty")
     # Every statement only reads, so the ones before the last change nothing: the last one prints.
-    yield from _stream_one(con, statements[-1].query, timeout_s, batch_rows)
-
-
-def _stream_one(con, query: str, timeout_s: float | None, batch_rows: int) -> Iterator:
     reader = None
     try:
         with limited(con, timeout_s):
-            relation = con.sql(query)
+            relation = con.sql(statements[-1].query, params=params)
             if relation is None:
                 raise QueryError("the statement returned no rows to print")
             reader = relation.to_arrow_reader(batch_rows)
             empty = True
             for batch in reader:
                 empty = False
-                yield batch.to_pandas()
+                yield batch
             if empty:
-                yield reader.schema.empty_table().to_pandas()
+                yield pa.RecordBatch.from_pylist([], schema=reader.schema)
     finally:
         if reader is not None:
             reader.close()
