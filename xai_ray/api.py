@@ -306,10 +306,10 @@ class Explanation:
     height: int = 900
 
     def save(self, out: str | Path) -> Path:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(self.page, encoding="utf-8")
-        return out
+        """Write the page to ``out`` as ``xai-ray explain --out`` does (a regular file or a new one)."""
+        from xai_ray.report.outputs import write_page
+
+        return write_page(out, self.page, option="out")
 
     def _repr_html_(self) -> str:
         return iframe(self.page, self.height)

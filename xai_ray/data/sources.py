@@ -70,7 +70,10 @@ def plan(source, split="test", text_column="text", label_column="label", id_colu
 
 
 def _folder_files(folder: Path) -> list[Path]:
-    found = sorted(f for f in folder.rglob("*") if f.is_file() and f.name.lower().endswith(FOLDER_FORMATS))
+    # a linked file is skipped (rglob does not enter a linked folder): what it points at lies outside
+    found = sorted(
+        f for f in folder.rglob("*") if f.is_file() and f.name.lower().endswith(FOLDER_FORMATS) and not f.is_symlink()
+    )
     kinds = {f.suffix.lower() for f in found}
     if not found:
         raise CorpusError(
@@ -197,13 +200,20 @@ def _aclimdb_pieces(root: Path, split: str) -> tuple[Piece, ...]:
     names = [
         f"{split}/{folder}/{file.name}"
         for folder in ("neg", "pos")
+        if unlinked(root, root / split / folder)
         for file in sorted((root / split / folder).glob("*.txt"))
-        if imdb_name(f"{split}/{folder}/{file.name}", split)
+        if imdb_name(f"{split}/{folder}/{file.name}", split) and not file.is_symlink()
     ]
     if not names:
         raise CorpusError(f"aclImdb folder {str(root)!r} has no reviews for split {split!r}")
     chunks = [tuple(names[i : i + FILES_PER_PIECE]) for i in range(0, len(names), FILES_PER_PIECE)]
     return tuple(Piece(i, "aclimdb", str(root), len(chunk), chunk) for i, chunk in enumerate(chunks))
+
+
+def unlinked(folder: Path, path: Path) -> bool:
+    """``path`` is reached from ``folder`` through no symbolic link. A linked review or class folder
+    of an aclImdb folder is skipped, as the archive reader skips links: it could be anything."""
+    return path.resolve() == folder.resolve() / path.relative_to(folder)
 
 
 def _tar_piece(path: Path, split: str) -> Piece:

@@ -61,7 +61,7 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
     runs = [store_layout.run_dir(root, run_id) for run_id in store_layout.list_runs(root)]
     readable = []
     for table in TABLES:
-        files = sorted(str(f) for run in runs for f in (run / table).rglob("*.parquet"))
+        files = sorted(str(f) for run in runs for f in store_layout.store_files(root, run / table, "*.parquet"))
         readable += files
         if files:
             con.execute(f"SET VARIABLE files_{table} = ?", [files])
@@ -70,7 +70,7 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
             con.from_arrow(_empty(table)).create_view(table)
     con.from_arrow(_runs_table(runs)).create_view("runs")
     totals = [store_layout.aggregate_file(root, store_layout.run_id_of(run), WORD_TOTALS) for run in runs]
-    totals = sorted(str(f) for f in totals if f.is_file())
+    totals = sorted(str(f) for f in totals if f.is_file() and store_layout.inside(root, f))
     if totals:  # the runs' kept word totals (keep_word_totals): topk's fast path
         readable += totals
         con.execute("SET VARIABLE files_word_totals = ?", [totals])
@@ -169,7 +169,7 @@ def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool 
     con.execute("SET VARIABLE union_label = ?", [label])
     con.execute("SET VARIABLE union_runs = ?", [list(run_ids)])
     for table in ("docs", "errors", "tokens", "words", "faithfulness"):  # docs first: the others read it
-        files = sorted(str(f) for run in runs for f in (run / table).rglob("*.parquet"))
+        files = sorted(str(f) for run in runs for f in store_layout.store_files(root, run / table, "*.parquet"))
         if files:
             con.execute(f"SET VARIABLE files_{table} = ?", [files])
             con.execute(f"create view {table} as {sql_text(f'union_{table}')}")
@@ -181,7 +181,7 @@ def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool 
         con.from_arrow(_empty(table)).create_view(table)
     con.from_arrow(_union_runs_row(runs, label)).create_view("runs")
     if sandbox:
-        lock_down(con, [str(f) for run in runs for f in run.rglob("*.parquet")])
+        lock_down(con, [str(f) for run in runs for f in store_layout.store_files(root, run, "*.parquet")])
     return con
 
 

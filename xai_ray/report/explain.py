@@ -47,7 +47,7 @@ def explain_text(
     source: str = "",
 ) -> Path:
     """Score ``text`` with ``model`` and write its explorer page to ``out``; returns the path."""
-    check_target(out)  # before the model loads: a folder named as --out fails at once
+    check_target(out)  # before the model loads: a folder, a device or a link named as --out fails at once
     page, _ = explain_page(text, model, max_length, methods, options, doc_id, label, source)
     return write_page(out, page)
 

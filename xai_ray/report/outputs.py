@@ -1,8 +1,12 @@
-"""Files written where the user said (``report --out``, ``explain --out``): all or nothing.
+"""Files written where the user said (``report --out``, ``explain --out``, chart files): all or nothing.
 
-A page is written under a temporary name beside its target and renamed into place; when either
-step fails (the target is a folder, the disk is full or read-only, the name is too long) the
-temporary file is removed and the failure is one sentence naming the path.
+A page is written into a fresh temporary file beside its target and renamed into place
+(``store.files``: created exclusively under a random name, so a link planted beside the target
+is never followed). The target may be missing or a regular file, which is replaced; anything else
+that exists there (a folder, a device such as ``/dev/null``, a FIFO, a socket, a symbolic link,
+even one to a regular file) is refused before any work and left as it is. When a write fails (the
+disk is full or read-only, the name is too long) the temporary file is removed and the failure is
+one sentence naming the path.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xai_ray.config import ConfigError
-from xai_ray.store.files import write_atomically
+from xai_ray.store.files import not_regular, write_atomically
 
 
 class OutputError(ConfigError):
@@ -18,20 +22,30 @@ class OutputError(ConfigError):
 
 
 def check_target(out: str | Path, option: str = "--out") -> Path:
-    """Refuse, before any work, a target that is a folder."""
+    """Refuse, before any work, a target that exists and is not a regular file."""
     out = Path(out)
-    if out.is_dir():
+    kind = not_regular(out)
+    if kind == "a folder":
         raise OutputError(
             f"{option} {str(out)!r} is a folder; name the file to write, e.g. {str(out / 'report.html')!r}"
+        )
+    if kind == "a symbolic link":  # refused, not replaced: whoever made it may expect its target to change
+        raise OutputError(
+            f"{option} {str(out)!r} is a symbolic link (to {_link_target(out)!r}), which is never written "
+            "through or replaced; name the file itself or a new one"
+        )
+    if kind is not None:
+        raise OutputError(
+            f"{option} {str(out)!r} is {kind}, not a regular file; name a new file or a regular file to replace"
         )
     return out
 
 
-def write_page(out: str | Path, text: str, option: str = "--out") -> Path:
+def write_page(out: str | Path, text: str | bytes, option: str = "--out") -> Path:
     """Write ``text`` to ``out`` atomically (``store.files``); on failure leave nothing behind."""
     out = check_target(out, option)
     try:
-        return write_atomically(out, text, durable=False)
+        return write_atomically(out, text, durable=True)
     except OSError as err:
         raise OutputError(describe(err, f"{option} {str(out)!r}")) from None
 
@@ -40,3 +54,10 @@ def describe(err: OSError, what: str) -> str:
     """One sentence for an OSError of a user path: what could not be used, and the system's reason."""
     reason = err.strerror or type(err).__name__
     return f"cannot write {what}: {reason.lower()}"
+
+
+def _link_target(link: Path) -> str:
+    try:
+        return str(link.readlink())
+    except OSError:
+        return "?"

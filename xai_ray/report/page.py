@@ -53,7 +53,9 @@ def build_report(
     """Write the report of ``run_id`` (default: newest run) to ``out``; returns its path. With
     ``charts_dir``, also write every chart there as ``fmt`` (png or svg) from the same queries.
     ``con`` and ``extra``: see ``context``."""
-    out = check_target(out)  # before the work: a folder given as --out is refused at once
+    out = check_target(out)  # before the work: a folder, a device or a link given as --out is refused at once
+    if charts_dir is not None and Path(charts_dir).exists() and not Path(charts_dir).is_dir():
+        raise ConfigError(f"--charts-dir {str(charts_dir)!r} is not a folder; name a folder for the chart files")
     if not isinstance(definition, dict):
         definition = load_definition(definition)
     ctx = context(store, run_id, definition, k, con=con, extra=extra)
@@ -93,15 +95,10 @@ def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]
             path = folder / f"{number:02d}-{section.key}{f'-{i + 1}' if len(chart_items) > 1 else ''}.{fmt}"
             # allowed_base_urls=[]: the specs carry their data inline, so nothing is ever fetched
             if fmt == "png":
-                path.write_bytes(
-                    vl_convert.vegalite_to_png(charts.spec(chart), vl_version=version, scale=2, allowed_base_urls=[])
-                )
+                image = vl_convert.vegalite_to_png(charts.spec(chart), vl_version=version, scale=2, allowed_base_urls=[])
             else:
-                path.write_text(
-                    vl_convert.vegalite_to_svg(charts.spec(chart), vl_version=version, allowed_base_urls=[]),
-                    encoding="utf-8",
-                )
-            written.append(path)
+                image = vl_convert.vegalite_to_svg(charts.spec(chart), vl_version=version, allowed_base_urls=[])
+            written.append(write_page(path, image, option="chart file"))  # never through a planted link
     return written
 
 

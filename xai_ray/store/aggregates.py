@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xai_ray.store.files import write_parquet_atomically
-from xai_ray.store.layout import aggregate_file
+from xai_ray.store.layout import aggregate_file, inside
 
 PARAMS_KEY = b"xai_ray.params"
 
@@ -30,7 +30,7 @@ def write_aggregate(store: str | Path, run_id: str, name: str, params: dict, fra
 def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):
     """The kept aggregate as a DataFrame if it was computed with exactly ``params``, else None."""
     path = aggregate_file(store, run_id, name)
-    if not path.is_file():
+    if not path.is_file() or not inside(store, path):  # a link is never read as a kept aggregate
         return None
     table = pq.read_table(path)
     if (table.schema.metadata or {}).get(PARAMS_KEY, b"") != _tag(params):

@@ -22,7 +22,9 @@ Layout (private; the SQL views in ``query`` are the public interface)::
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 from pathlib import Path
 
 from xai_ray.store import StoreError
@@ -66,8 +68,38 @@ def is_published(store: str | Path, run_id: str) -> bool:
 
 
 def run_folders(store: str | Path) -> list[Path]:
-    """Folders of published runs, in no particular order."""
-    return [folder for folder in runs_dir(store).glob(f"{RUN_PREFIX}*") if (folder / MANIFEST).is_file()]
+    """Folders of published runs, in no particular order (a linked run folder or manifest is none)."""
+    return [
+        folder
+        for folder in runs_dir(store).glob(f"{RUN_PREFIX}*")
+        if (folder / MANIFEST).is_file() and inside(store, folder / MANIFEST)
+    ]
+
+
+def inside(store: str | Path, path: str | Path) -> bool:
+    """``path`` is itself, inside ``store``: no symbolic link between the store's folder and it.
+
+    What a link points at (a file outside the store, or another of its files) is never read as a
+    file of the store. The store's own folder may be a link: the user named it.
+    """
+    root, path = Path(os.path.abspath(store)), Path(os.path.abspath(path))
+    if not path.is_relative_to(root):
+        return False
+    return path.resolve() == root.resolve() / path.relative_to(root)
+
+
+def store_files(store: str | Path, folder: str | Path, pattern: str = "*") -> list[Path]:
+    """The regular files under ``folder`` of ``store`` whose names match ``pattern``, sorted,
+    leaving out every symbolic link and all that lies below a linked folder."""
+    found, pending = [], [Path(folder)] if Path(folder).is_dir() and inside(store, folder) else []
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:  # the kind of the entry itself (from the listing: no stat per file)
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False) and fnmatch.fnmatchcase(entry.name, pattern):
+                    found.append(Path(entry.path))
+    return sorted(found)
 
 
 def run_id_of(folder: Path) -> str:

@@ -107,7 +107,7 @@ def push_run(local: str | Path, uri: str, run_id: str) -> None:
     rel = folder.relative_to(Path(local)).as_posix()
     if fs.get_file_info(f"{base}/{rel}/{MANIFEST}").type == pafs.FileType.File:
         raise StoreError(f"run {run_id!r} already exists in store {uri!r}; pick another run id")
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    files = store_layout.store_files(local, folder)  # never a linked file: what it points at stays here
     files.sort(key=lambda p: p.name == MANIFEST)  # stable: everything else first, the manifest last
     with Progress(sum(p.stat().st_size for p in files) / 1e6, f"uploading run {run_id}", "MB") as bar:
         for path in files:
@@ -119,7 +119,7 @@ def push_run(local: str | Path, uri: str, run_id: str) -> None:
 def push_tree(local: str | Path, folder: str | Path, uri: str) -> None:
     """Upload ``folder`` (inside the mirror ``local``) to the same place under ``uri``."""
     fs, base = filesystem(uri)
-    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+    for path in store_layout.store_files(local, folder):
         _upload(fs, path, f"{base}/{path.relative_to(Path(local)).as_posix()}")
 
 
