@@ -95,7 +95,9 @@ def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]
             path = folder / f"{number:02d}-{section.key}{f'-{i + 1}' if len(chart_items) > 1 else ''}.{fmt}"
             # allowed_base_urls=[]: the specs carry their data inline, so nothing is ever fetched
             if fmt == "png":
-                image = vl_convert.vegalite_to_png(charts.spec(chart), vl_version=version, scale=2, allowed_base_urls=[])
+                image = vl_convert.vegalite_to_png(
+                    charts.spec(chart), vl_version=version, scale=2, allowed_base_urls=[]
+                )
             else:
                 image = vl_convert.vegalite_to_svg(charts.spec(chart), vl_version=version, allowed_base_urls=[])
             written.append(write_page(path, image, option="chart file"))  # never through a planted link
