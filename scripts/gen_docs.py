@@ -51,10 +51,10 @@ def cli_page() -> str:
 
 
 def config_page() -> str:
-    from xai_ray.config import help_config
+    from xai_ray.config_help import help_config
 
     return (
-        NOTICE.format(source="xai_ray.config.help_config()")
+        NOTICE.format(source="xai_ray.config_help.help_config()")
         + "# Config keys\n\n"
         + "What `xai-ray run --help-config` prints: every key a job config (`--config FILE.yaml`) or "
         + "`--set KEY=VALUE` takes, with its default, meaning and accepted values. "

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from xai_ray import __version__, cli
-from xai_ray.config import MEANINGS, RunConfig
+from xai_ray.config import RunConfig
+from xai_ray.config_help import MEANINGS, SECTIONS
 from xai_ray.methods import REGISTRY
 
 
@@ -131,3 +132,10 @@ def test_quiet_is_accepted_before_and_after_the_command():
     assert parser.parse_args(["-q", "report", "--out", "x.html"]).quiet is True
     assert parser.parse_args(["report", "--out", "x.html", "--quiet"]).quiet is True
     assert parser.parse_args(["report", "--out", "x.html"]).quiet is False
+
+
+def test_every_key_sits_in_exactly_one_section_of_help_config(capsys):
+    placed = [key for keys in SECTIONS.values() for key in keys]
+    assert sorted(placed) == sorted(f.name for f in fields(RunConfig))  # each once, none left out
+    text = _help_config(capsys)
+    assert "[methods: integrated_gradients]\n  ig_steps (default: 20)" in text  # a method's option under it

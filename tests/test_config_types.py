@@ -104,7 +104,7 @@ def test_right_values_are_taken_as_their_declared_type(item, expected):
 def test_every_ranged_key_is_a_field_and_help_config_prints_its_type_and_range():
     names = {f.name for f in fields(RunConfig)}
     assert set(RULES) <= names
-    text = RunConfig.__module__ and __import__("xai_ray.config", fromlist=["help_config"]).help_config()
+    text = RunConfig.__module__ and __import__("xai_ray.config_help", fromlist=["help_config"]).help_config()
     assert "type: true or false" in text
     assert "accepted: one of half, none" in text  # the retired residual=add is not offered
     assert "add (W + I" not in text

@@ -19,6 +19,7 @@ LAYERS = [
     ["query"],
     ["scoring"],
     ["data", "model", "store"],
+    ["config_help"],  # what each run key means, by section (help-config, the reference page)
     ["config", "runtime"],
     ["progress", "words", "keys"],  # progress bars and log routing; sub-token -> word alignment; typed config keys
     ["methods"],

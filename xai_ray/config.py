@@ -9,12 +9,12 @@ Over 300 lines: every run key's default, check and one-sentence error sit togeth
 from __future__ import annotations
 
 import difflib
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import yaml
 
-from xai_ray.keys import ConfigError, Rule, check_all, type_name
+from xai_ray.keys import ConfigError, Rule, check_all
 from xai_ray.methods.base import HEAD_FUSIONS, RESIDUAL_MODES, RETIRED_RESIDUAL
 
 __all__ = ["ConfigError", "CorpusSource", "RunConfig", "resolve"]
@@ -304,79 +304,3 @@ def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None 
         return replace(RunConfig(), **merged)
     except TypeError as err:
         raise ConfigError(f"bad config value: {err}") from None
-
-
-# What each key means, for `xai-ray run --help-config`. The listing walks fields(RunConfig), so a key
-# is listed with its default as soon as it exists; tests/test_cli_help.py fails when one lacks a line here.
-MEANINGS = {
-    "data": "the corpus: Hub dataset id, Parquet/CSV/JSONL file, Parquet folder, aclImdb folder or .tar.gz",
-    "split": "the split of a Hub dataset or aclImdb folder (train, test)",
-    "text_column": "the column holding each document's text",
-    "label_column": "the column holding the true class (0/1...); missing: labels are null",
-    "id_column": "the column holding each document's id (read as text); missing: row numbers",
-    "clean_html": "turn <br /> and other HTML left in reviews into plain text before scoring",
-    "limit": "score a seeded random sample of this many documents (null: all)",
-    "seed": "seed of the sample, of untrained classifier heads and of the heads_sample",
-    "model": "Hub id, local Hugging Face model folder, or 'minilm' (the packaged all-MiniLM-L6-v2)",
-    "allow_pickle": "allow loading pytorch_model.bin (pickle) weights; safetensors only otherwise",
-    "trust_remote_code": "allow a model folder's own Python code to run",
-    "max_length": "tokens the model sees at once, [CLS] and [SEP] included (capped at the model's limit)",
-    "long_text": "reviews longer than max_length: head (the first tokens), head_tail (first quarter + the end), "
-    "window (overlapping windows merged per word), auto (what the model was fine-tuned with, "
-    "recorded by `xai-ray finetune`; head for other models)",
-    "window_stride": "long_text=window: tokens from one window's start to the next (null: half a window)",
-    "methods": "explanation methods, comma-separated: raw, rollout, flow, grad_rollout, attn_x_grad, "
-    "input_x_gradient, integrated_gradients",
-    "residual": "how rollout and flow mix in the residual: half (0.5W + 0.5I) or none",
-    "head_fusion": "how a layer's heads are fused: mean, max or min (max/min rows renormalised)",
-    "discard_ratio": "share of each head row's lowest weights dropped before fusion ([CLS] never), in [0, 1)",
-    "start_layer": "first layer (1-based) rollout multiplies from; lower layers are not stored for rollout",
-    "target": "the class that grad_rollout, attn_x_grad, input_x_gradient and integrated_gradients explain: "
-    "pred (the predicted class), label (the true class; unlabelled documents become errors), "
-    "a class index or one of the model's label names",
-    "ig_steps": "integrated_gradients: points along the path from the zero word-embedding baseline (midpoint rule)",
-    "heads": "measure per-head statistics (the heads and head_similarity views)",
-    "heads_sample": "documents whose heads are compared pairwise (Jensen-Shannon); 0: none",
-    "heads_sample_rows": "query rows per sampled document in that comparison",
-    "batch_size": "documents handed to an actor at once",
-    "max_tokens_per_batch": "padded tokens per forward pass: the memory knob",
-    "actors": "scoring actors; 0: one per GPU, else one per cpus_per_actor CPUs",
-    "gpus_per_actor": "GPUs each actor holds (null: 1 when the cluster has GPUs, else 0)",
-    "cpus_per_actor": "CPUs each actor holds (and torch threads it uses)",
-    "defer_flow": "run flow in its own CPU stage (null: only when actors hold GPUs)",
-    "store": "the store folder or object-store URI (s3://, gs://, file://) runs are published into",
-    "run_id": "the run's id (null: a UTC timestamp plus a random suffix)",
-    "report": "write report.html into the run folder",
-    "top_k": "words per top-k list in the run's log summary and aggregates",
-    "part_rows": "rows of the largest table slice per committed part (the granularity of --resume)",
-    "shared_store": "the store folder is mounted on every node (a shared file system), so Ray workers on any "
-    "node write the run's parts; false: workers on the driver's node write them (a URI store: always)",
-    "extra": "free-form mapping kept in the manifest (nightly and URI stores record theirs here)",
-    "evaluate": "also measure faithfulness (comprehensiveness, sufficiency, rank correlations) of every method",
-    "evaluate_fractions": "shares of tokens removed or kept by the faithfulness metrics",
-    "evaluate_share": "share of documents evaluated, picked by a hash of doc_id, in (0, 1]",
-    "max_error_share": "exit with status 3 when more than this share of documents failed (null: only when all did)",
-}
-
-
-def help_config() -> str:
-    """Every key of ``RunConfig`` with its default and meaning: the text of ``xai-ray run --help-config``."""
-    lines = [
-        "Every key below can be given in the --config YAML or as --set KEY=VALUE (values read as YAML).",
-        "Precedence: defaults < YAML < flags < --set.",
-        "",
-    ]
-    for f in fields(RunConfig):
-        default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
-        shown = (
-            yaml.safe_dump(list(default) if isinstance(default, tuple) else default, default_flow_style=True)
-            .strip()
-            .removesuffix("...")
-            .strip()
-        )
-        lines.append(f"  {f.name} (default: {shown})")
-        lines.append(f"      {MEANINGS.get(f.name, '(undocumented)')}")
-        rule = RULES.get(f.name)
-        accepted = rule.describe() if rule else ""
-        lines.append(f"      type: {type_name(str(f.type))}" + (f"; accepted: {accepted}" if accepted else ""))
-    return "\n".join(lines)

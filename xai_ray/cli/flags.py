@@ -11,7 +11,8 @@ import argparse
 import sys
 from dataclasses import fields
 
-from xai_ray.config import RunConfig, help_config
+from xai_ray.config import RunConfig
+from xai_ray.config_help import help_config
 
 # Exit statuses: 2 = the job could not run as asked (one sentence on stderr); 3 = it ran, but too
 # many documents failed (every one, or more than max_error_share of them).
