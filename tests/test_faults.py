@@ -40,6 +40,15 @@ def scorer_rows(scorer, texts, first=0):
     return scorer({"doc_id": ids, "text": list(texts), "label": [i % 2 for i in range(len(texts))]})
 
 
+def publish_small_store(root, scorer):
+    """A published run ``r`` of the eight TEXTS in four parts: the store the SQL tests read."""
+    writer = RunWriter(root, "r", METHODS)
+    for first in range(0, 8, 2):
+        writer.write(scorer_rows(scorer, TEXTS[first : first + 2], first=first))
+    writer.publish({"created_at": "2026-01-01T00:00:00", "config": {"methods": METHODS}})
+    return root
+
+
 @pytest.fixture(scope="module")
 def batches(scorer_factory):
     """Four batches of real scorer rows (tiny BERT): eight documents and one error row."""

@@ -17,13 +17,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
-from test_faults import METHODS, TEXTS, scorer_rows
+from test_faults import publish_small_store
 from test_sql_guard import _hashes
 
 import xai_ray
 from xai_ray import cli
 from xai_ray.query.limits import Limits, QueryError, process_cap
-from xai_ray.store.writer import RunWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1024**2
@@ -32,12 +31,7 @@ MiB = 1024**2
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, scorer_factory):
     scorer = scorer_factory("bert")
-    root = tmp_path_factory.mktemp("hostile")
-    writer = RunWriter(root, "r", METHODS)
-    for first in range(0, 8, 2):
-        writer.write(scorer_rows(scorer, TEXTS[first : first + 2], first=first))
-    writer.publish({"created_at": "2026-01-01T00:00:00", "config": {"methods": METHODS}})
-    return root
+    return publish_small_store(tmp_path_factory.mktemp("hostile"), scorer)
 
 
 @pytest.fixture

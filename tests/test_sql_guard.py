@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_faults import METHODS, TEXTS, scorer_rows
+from test_faults import publish_small_store
 
 from xai_ray import cli
 from xai_ray.query.connection import Limits, QueryError, open_store
 from xai_ray.query.user_sql import run_sql
-from xai_ray.store.writer import RunWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,12 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, scorer_factory):
     scorer = scorer_factory("bert")
-    root = tmp_path_factory.mktemp("guarded")
-    writer = RunWriter(root, "r", METHODS)
-    for first in range(0, 8, 2):
-        writer.write(scorer_rows(scorer, TEXTS[first : first + 2], first=first))
-    writer.publish({"created_at": "2026-01-01T00:00:00", "config": {"methods": METHODS}})
-    return root
+    return publish_small_store(tmp_path_factory.mktemp("guarded"), scorer)
 
 
 def _hashes(folder: Path) -> dict[str, str]:

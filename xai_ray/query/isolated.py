@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from xai_ray.query.limits import Limits, QueryError, process_cap
+from xai_ray.query.user_sql import batches_or_empty
 
 MARK = "xai-ray-refused: "  # the child's one sentence on stderr starts with this
 BATCH_ROWS = 2048  # DuckDB's vector size: a batch of long rows stays small
@@ -106,13 +107,7 @@ def _receive(child: subprocess.Popen, request: bytes) -> Iterator[pa.RecordBatch
         child.stdin.close()
     except BrokenPipeError:  # the child is gone before reading: its status says why
         raise EOFError from None
-    reader = pa.ipc.open_stream(child.stdout)
-    empty = True
-    for batch in reader:
-        empty = False
-        yield batch
-    if empty:
-        yield pa.RecordBatch.from_pylist([], schema=reader.schema)
+    yield from batches_or_empty(pa.ipc.open_stream(child.stdout))
 
 
 def _stop(child: subprocess.Popen, stopped: threading.Event) -> None:

@@ -64,15 +64,20 @@ def stream_arrow(con, text: str, params=None, timeout_s: float | None = None, ba
             if relation is None:
                 raise QueryError("the statement returned no rows to print")
             reader = relation.to_arrow_reader(batch_rows)
-            empty = True
-            for batch in reader:
-                empty = False
-                yield batch
-            if empty:
-                yield pa.RecordBatch.from_pylist([], schema=reader.schema)
+            yield from batches_or_empty(reader)
     finally:
         if reader is not None:
             reader.close()
+
+
+def batches_or_empty(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+    """The reader's batches, or one empty batch of its schema: a result with no rows still has columns."""
+    empty = True
+    for batch in reader:
+        empty = False
+        yield batch
+    if empty:
+        yield pa.RecordBatch.from_pylist([], schema=reader.schema)
 
 
 @contextlib.contextmanager
