@@ -85,6 +85,9 @@ class RunConfig(CorpusSource):
         0.50,
     )  # ERASER scorer defaults (faithfulness.FRACTIONS)
     evaluate_share: float = 1.0  # share of documents evaluated, picked by a hash of doc_id
+    # plausibility: agreement with human rationales (xai_ray.scoring.plausibility), rows of faithfulness
+    rationales: str | None = None  # the corpus column holding each review's rationale; None: not measured
+    rationale_units: str = "tokens"  # what a rationale's [start, end] pairs count: tokens or chars
     # exit status (cron, CI)
     max_error_share: float | None = None  # None: fail only when every document failed
 
@@ -183,6 +186,8 @@ RULES = {
     "top_k": Rule(lo=1, hi=100_000),
     "part_rows": Rule(lo=1),
     "evaluate_share": Rule(lo=0.0, lo_open=True, hi=1.0),
+    "rationales": TEXT,
+    "rationale_units": Rule(choices=("tokens", "chars")),
     "max_error_share": Rule(lo=0.0, hi=1.0),
 }
 
@@ -355,6 +360,10 @@ MEANINGS = {
     "evaluate": "also measure faithfulness (comprehensiveness, sufficiency, rank correlations) of every method",
     "evaluate_fractions": "shares of tokens removed or kept by the faithfulness metrics",
     "evaluate_share": "share of documents evaluated, picked by a hash of doc_id, in (0, 1]",
+    "rationales": "the corpus column holding each review's human rationale (a 0/1 list per whitespace token, "
+    "or [start, end] pairs): plausibility (AUPRC, token F1, IOU F1) of every method is stored in faithfulness "
+    "(null: not measured; Parquet, CSV or JSON lines sources)",
+    "rationale_units": "what a rationale's [start, end] pairs count: tokens (whitespace tokens, end excluded) or chars",
     "max_error_share": "exit with status 3 when more than this share of documents failed (null: only when all did)",
 }
 
