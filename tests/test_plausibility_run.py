@@ -6,6 +6,7 @@ column is refused in one sentence before anything is scored."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -36,8 +37,9 @@ def plausible_store(tmp_path_factory, tiny_bert_dir, ray_cluster):
         root / "corpus.csv", index=False
     )
     common = ["run", "--data", str(root / "corpus.csv"), "--model", tiny_bert_dir, "--store", str(root / "store")]
-    common += ["--methods", "raw,rollout", "--max-length", "32", "--actors", "1", "--run-id", "p"]
-    assert cli.main([*common, "--set", "rationales=why"]) == 0
+    common += ["--methods", "raw,rollout", "--max-length", "32", "--actors", "1", "--set", "rationales=why"]
+    assert cli.main([*common, "--run-id", "p"]) == 0
+    assert cli.main([*common, "--run-id", "e", "--evaluate"]) == 0  # with faithfulness beside
     return root / "store"
 
 
@@ -98,3 +100,24 @@ def test_a_missing_rationale_column_is_one_sentence(tmp_path, tiny_bert_dir, cap
     assert "rationales='why' is not a column of" in err and "(columns: text, label)" in err
     assert "Traceback" not in err and len(err.splitlines()) == 1
     assert not (tmp_path / "s" / "runs").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_leaderboard_shows_auprc_beside_comprehensiveness_and_sufficiency(plausible_store):
+    page = (plausible_store / "runs" / "run_id=e" / "report.html").read_text()
+    board = page[page.index("<table class='faithfulness leaderboard'>") :]
+    head = board[: board.index("</tr>")]
+    assert "<th>comprehensiveness AOPC [95% t interval]</th>" in head
+    assert "<th>sufficiency AOPC (lower is better) [95% t interval]</th>" in head
+    assert "<th>AUPRC against human rationales [95% t interval]</th>" in head
+    assert re.search(r"<td>0\.\d{3} \[[-0-9.]+, [-0-9.]+\] \(\d\.\d\dx random\)</td>", board)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_report_ranks_a_rationale_only_run_by_auprc(plausible_store):
+    page = (plausible_store / "runs" / "run_id=p" / "report.html").read_text()
+    assert "Leaderboard: AUPRC against human rationales" in page
+    assert "ranked by AUPRC against the human rationales" in page
+    assert re.search(r"<td>rollout, layer \d \([a-z, ]+\)</td><td>0\.\d{3} \[", page)
