@@ -55,7 +55,7 @@ class RunConfig(CorpusSource):
     start_layer: int = 1
     # class-specific methods (grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients)
     target: str | int = "pred"  # the class they explain: pred, label, a class index or one of the model's label names
-    ig_steps: int = 20  # integrated_gradients: points of the midpoint rule along the path
+    ig_steps: int = 20  # integrated_gradients: Gauss-Legendre nodes along the path
     # per-head statistics (xai_ray.methods.heads): the `heads` and `head_similarity` tables
     heads: bool = True
     heads_sample: int = 64  # documents whose heads are compared pairwise (Jensen-Shannon); 0: none
@@ -339,7 +339,7 @@ MEANINGS = {
     "target": "the class that grad_rollout, attn_x_grad, input_x_gradient and integrated_gradients explain: "
     "pred (the predicted class), label (the true class; unlabelled documents become errors), "
     "a class index or one of the model's label names",
-    "ig_steps": "integrated_gradients: points along the path from the zero word-embedding baseline (midpoint rule)",
+    "ig_steps": "integrated_gradients: Gauss-Legendre nodes along the path from the zero word-embedding baseline",
     "heads": "measure per-head statistics (the heads and head_similarity views)",
     "heads_sample": "documents whose heads are compared pairwise (Jensen-Shannon); 0: none",
     "heads_sample_rows": "query rows per sampled document in that comparison",
