@@ -7,7 +7,7 @@ per predicted class (``xai-ray topk --by pred``, the lists users see) against th
     leans        whether the lists lean the wrong way: a negative mean for the positive class
                  or a positive one for the negative class
 
-Usage: python bench/lexicon.py STORE [--run RUN_ID] [--k 30] [--layers last|all] [--strong 1.5]
+Usage: python bench/lexicon.py STORE [--run RUN_ID] [--k 30] [--layers last|all] [--strong 1.5] [--min-docs N]
 Install the lexicon with ``pip install '.[bench]'``. Prints one Markdown table.
 """
 
@@ -41,13 +41,22 @@ def measure(words: pd.DataFrame, valence: dict[str, float], strong: float) -> di
     }
 
 
-def rows_of(con, run: dict, k: int, layers: str, valence: dict, strong: float) -> list[dict]:
+def rows_of(con, run: dict, k: int, layers: str, valence: dict, strong: float, min_docs=None) -> list[dict]:
     out = []
     n_layers = int(run["n_layers"])
     for method in run["methods"].split(","):
         for layer in range(1, n_layers + 1) if layers == "all" else [n_layers]:
             try:
-                top = topk(con, run_id=run["run_id"], method=method, layer=layer, k=k, by="pred", exclude="punct,stop")
+                top = topk(
+                    con,
+                    run_id=run["run_id"],
+                    method=method,
+                    layer=layer,
+                    k=k,
+                    by="pred",
+                    exclude="punct,stop",
+                    min_docs=min_docs,
+                )
             except QueryError:  # a method without this layer (start_layer, token attributions)
                 continue
             if top.empty:
@@ -82,11 +91,12 @@ def main(argv=None) -> int:
     parser.add_argument("--k", type=int, default=30)
     parser.add_argument("--layers", choices=("last", "all"), default="last")
     parser.add_argument("--strong", type=float, default=1.5)
+    parser.add_argument("--min-docs", type=int, default=None, help="as xai-ray topk (default: the run's)")
     args = parser.parse_args(argv)
     valence = lexicon()
     con = open_store(args.store)
     run = pick_run(con, args.run)
-    table = pd.DataFrame(rows_of(con, run, args.k, args.layers, valence, args.strong))
+    table = pd.DataFrame(rows_of(con, run, args.k, args.layers, valence, args.strong, args.min_docs))
     print(f"run {run['run_id']}: top {args.k} words per predicted class, VADER |valence| >= {args.strong}\n")
     print(markdown(table) if not table.empty else "(no top-k lists)")
     return 0
