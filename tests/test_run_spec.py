@@ -54,6 +54,8 @@ CHANGED = {
     "evaluate": True,
     "evaluate_fractions": (0.1, 0.3),
     "evaluate_share": 0.5,
+    "rationales": "evidence",
+    "rationale_units": "chars",
     "max_error_share": 0.2,
 }
 

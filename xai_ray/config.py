@@ -55,7 +55,7 @@ class RunConfig(CorpusSource):
     start_layer: int = 1
     # class-specific methods (grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients)
     target: str | int = "pred"  # the class they explain: pred, label, a class index or one of the model's label names
-    ig_steps: int = 20  # integrated_gradients: points of the midpoint rule along the path
+    ig_steps: int = 20  # integrated_gradients: Gauss-Legendre nodes along the path
     # per-head statistics (xai_ray.methods.heads): the `heads` and `head_similarity` tables
     heads: bool = True
     heads_sample: int = 64  # documents whose heads are compared pairwise (Jensen-Shannon); 0: none
@@ -85,6 +85,9 @@ class RunConfig(CorpusSource):
         0.50,
     )  # ERASER scorer defaults (faithfulness.FRACTIONS)
     evaluate_share: float = 1.0  # share of documents evaluated, picked by a hash of doc_id
+    # plausibility: agreement with human rationales (xai_ray.scoring.plausibility), rows of faithfulness
+    rationales: str | None = None  # the corpus column holding each review's rationale; None: not measured
+    rationale_units: str = "tokens"  # what a rationale's [start, end] pairs count: tokens or chars
     # exit status (cron, CI)
     max_error_share: float | None = None  # None: fail only when every document failed
 
@@ -183,6 +186,8 @@ RULES = {
     "top_k": Rule(lo=1, hi=100_000),
     "part_rows": Rule(lo=1),
     "evaluate_share": Rule(lo=0.0, lo_open=True, hi=1.0),
+    "rationales": TEXT,
+    "rationale_units": Rule(choices=("tokens", "chars")),
     "max_error_share": Rule(lo=0.0, hi=1.0),
 }
 

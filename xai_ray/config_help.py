@@ -27,7 +27,14 @@ SECTIONS = {
     "per-head statistics": ("heads", "heads_sample", "heads_sample_rows"),
     "execution": ("batch_size", "max_tokens_per_batch", "actors", "gpus_per_actor", "cpus_per_actor", "defer_flow"),
     "outputs": ("store", "run_id", "report", "top_k", "part_rows", "shared_store", "extra"),
-    "evaluation": ("evaluate", "evaluate_fractions", "evaluate_share", "max_error_share"),
+    "evaluation": (
+        "evaluate",
+        "evaluate_fractions",
+        "evaluate_share",
+        "rationales",
+        "rationale_units",
+        "max_error_share",
+    ),
 }
 
 MEANINGS = {
@@ -56,7 +63,7 @@ MEANINGS = {
     "target": "the class that grad_rollout, attn_x_grad, input_x_gradient and integrated_gradients explain: "
     "pred (the predicted class), label (the true class; unlabelled documents become errors), "
     "a class index or one of the model's label names",
-    "ig_steps": "integrated_gradients: points along the path from the zero word-embedding baseline (midpoint rule)",
+    "ig_steps": "integrated_gradients: Gauss-Legendre nodes along the path from the zero word-embedding baseline",
     "heads": "measure per-head statistics (the heads and head_similarity views)",
     "heads_sample": "documents whose heads are compared pairwise (Jensen-Shannon); 0: none",
     "heads_sample_rows": "query rows per sampled document in that comparison",
@@ -77,6 +84,10 @@ MEANINGS = {
     "evaluate": "also measure faithfulness (comprehensiveness, sufficiency, rank correlations) of every method",
     "evaluate_fractions": "shares of tokens removed or kept by the faithfulness metrics",
     "evaluate_share": "share of documents evaluated, picked by a hash of doc_id, in (0, 1]",
+    "rationales": "the corpus column holding each review's human rationale (a 0/1 list per whitespace token, "
+    "or [start, end] pairs): plausibility (AUPRC, token F1, IOU F1) of every method is stored in faithfulness "
+    "(null: not measured; Parquet, CSV or JSON lines sources)",
+    "rationale_units": "what a rationale's [start, end] pairs count: tokens (whitespace tokens, end excluded) or chars",
     "max_error_share": "exit with status 3 when more than this share of documents failed (null: only when all did)",
 }
 

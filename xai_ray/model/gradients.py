@@ -53,7 +53,7 @@ def input_x_gradient(model, input_ids, attention_mask, targets=None) -> tuple[np
 
 
 def integrated_gradients(
-    model, input_ids, attention_mask, targets, n_steps: int, rows_per_pass: int = 64
+    model, input_ids, attention_mask, targets, n_steps: int, rows_per_pass: int = 64, rule: str = "gausslegendre"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(B, n) ids and mask (right padded), (B,) target classes -> ((B, n) attributions,
     (B,) f(input), (B,) f(baseline)), f = log p_target, baseline = zero word embeddings.
@@ -64,7 +64,7 @@ def integrated_gradients(
     """
     import torch
 
-    alphas, weights = path_points(n_steps)
+    alphas, weights = path_points(n_steps, rule)  # rule: methods.integrated_gradients
     device = input_ids.device
     targets = torch.as_tensor(targets, device=device).long()  # (B,)
     with torch.no_grad():

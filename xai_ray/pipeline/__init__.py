@@ -71,6 +71,10 @@ def run(cfg: RunConfig) -> RunResult:
             model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
             resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
             corpus = read(cfg)
+            if cfg.rationales:  # a missing column or unreadable source: one sentence, before Ray
+                from xai_ray.ops.plausibility import read_rationales
+
+                read_rationales(cfg)
             ensure_ray()
             check_actor_fits(actor_gpus(cfg), cfg.cpus_per_actor)  # before the staging exists
         except BaseException:  # refused before anything was scored: leave no log or empty store behind
@@ -128,6 +132,10 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
     run_dir, manifest = write(
         rows, cfg, run_id, n_input=n_input, started=started, model=model, writer=writer, screened=screened
     )
+    if cfg.rationales:  # agreement with the corpus's human rationales, before the aggregates read faithfulness
+        from xai_ray.ops.plausibility import add_plausibility
+
+        manifest["counts"] = {**manifest.get("counts", {}), **add_plausibility(cfg, run_id)}
     summary = aggregate(cfg.store, run_id, cfg.top_k)
     log.info("run %s: %s", run_id, summary)
     out = report(cfg.store, run_id, layout.report_path(cfg.store, run_id)) if cfg.report else None

@@ -90,16 +90,22 @@ def faithfulness(ctx: Context) -> Section | None:
 
 def _leaderboard(ctx: Context) -> list:
     """The leaderboard's chart, table and reading note (nothing when no method has the metric)."""
+    metric = leaderboard.METRIC
     board = ctx.query("report_leaderboard", **leaderboard.PARAMS)
+    if board.empty:  # a run measured against rationales only ranks by agreement with people
+        metric = leaderboard.PLAUSIBLE
+        board = ctx.query("report_leaderboard", **leaderboard.params(metric))
     if board.empty:
         return []
     board = leaderboard.board_with_costs(
-        leaderboard.with_intervals(board), ctx.manifest, int(ctx.summary["n_docs"] or 0)
+        leaderboard.with_intervals(board, metric), ctx.manifest, int(ctx.summary["n_docs"] or 0)
     )
+    board = leaderboard.with_beside(board, summary_of(ctx))
     reviews = int(board["n_docs"].max())
-    title = f"Faithfulness leaderboard: comprehensiveness AOPC with {RULE}, cost per review ({reviews} reviews)"
+    ranked_by = leaderboard.NAMES[board.attrs["metric"]]
+    title = f"Leaderboard: {ranked_by} with {RULE}, cost per review ({reviews} reviews)"
     return [
-        charts.leaderboard(board, title),
+        charts.leaderboard(board, title, leaderboard.NAMES[metric]),
         Fragment(f"<p class='note'>{html.escape(leaderboard.note(board))}</p>"),
         Fragment(leaderboard.table(board)),
     ]
@@ -115,7 +121,8 @@ def _cost(ctx: Context, n_docs: int) -> str:
 def _curves(summary: pd.DataFrame, last_layer: int) -> pd.DataFrame:
     """Per-fraction rows at the last layer and of the baselines, with the share split out."""
     split = summary["metric"].str.extract(r"^(?P<curve>\w+)@(?P<fraction>[0-9.]+)$")
-    chosen = split["curve"].notna() & (summary["layer"].isna() | (summary["layer"] == last_layer))
+    at_last = summary["layer"].isna() | (summary["layer"] == last_layer)
+    chosen = split["curve"].isin(CURVES) & at_last  # not plausibility's token_f1@f and iou_f1@f
     frame = summary[chosen].assign(metric=split["curve"][chosen], fraction=split["fraction"][chosen].astype(float))
     return frame
 

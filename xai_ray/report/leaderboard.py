@@ -22,18 +22,61 @@ from xai_ray.scoring.faithfulness import GRADIENT, RANDOM
 from xai_ray.scoring.gradient_pass import pass_seconds_key
 
 METRIC = "comprehensiveness_aopc"
+PLAUSIBLE = "auprc"  # agreement with human rationales (scoring.plausibility), when the run has them
 PARAMS = {"metric": METRIC, "floor": RANDOM}
+# Shown beside the ranking metric, when the run has them: each entry's mean [interval].
+BESIDE = ("comprehensiveness_aopc", "sufficiency_aopc", PLAUSIBLE)
+NAMES = {
+    "comprehensiveness_aopc": "comprehensiveness AOPC",
+    "sufficiency_aopc": "sufficiency AOPC (lower is better)",
+    PLAUSIBLE: "AUPRC against human rationales",
+}
+
+
+def params(metric: str) -> dict:
+    return {"metric": metric, "floor": RANDOM}
+
+
 # Methods timed under another name: the evaluation's own input x gradient is one backward per batch.
 TIMED_AS = {GRADIENT: "gradient"}
 FORWARD = "forward"  # the capture forward every attention method reads, timed once per review
 
 
-def with_intervals(board: pd.DataFrame) -> pd.DataFrame:
+def with_intervals(board: pd.DataFrame, metric: str = METRIC) -> pd.DataFrame:
     """The query's rows plus ``lo``/``hi`` (of the mean, over ``n_docs`` reviews) and
     ``gain_lo``/``gain_hi`` (of the paired gain over the floor, over ``n_paired``), by the one rule."""
     lo, hi = t_interval(board["mean"], board["sd"], board["n_docs"])
     gain_lo, gain_hi = t_interval(board["gain"], board["gain_sd"], board["n_paired"])
-    return board.assign(lo=lo, hi=hi, gain_lo=gain_lo, gain_hi=gain_hi)
+    out = board.assign(lo=lo, hi=hi, gain_lo=gain_lo, gain_hi=gain_hi)
+    out.attrs["metric"] = metric  # what the rows are ranked by
+    return out
+
+
+def with_beside(board: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """The board plus one text column per ``BESIDE`` metric the run has (other than the one it is
+    ranked by): that entry's 'mean [lo, hi]' from the faithfulness summary (the same rule), AUPRC
+    also as a multiple of the random ranking's; ``attrs["beside"]`` lists them."""
+    shown = [m for m in BESIDE if m != board.attrs.get("metric") and m in set(summary["metric"])]
+    frame = board.copy()
+    for metric in shown:
+        mine = summary[summary["metric"] == metric]
+        floor = mine[mine["method"] == RANDOM]["mean"]
+        cells = []
+        for r in frame.itertuples():
+            found = mine[
+                (mine["method"] == r.method) & (mine["layer"].isna() if pd.isna(r.layer) else mine["layer"] == r.layer)
+            ]
+            if found.empty:
+                cells.append("n/a")
+                continue
+            row = found.iloc[0]
+            cell = f"{row['mean']:.3f} [{number(row['lo'], '.3f')}, {number(row['hi'], '.3f')}]"
+            if metric == PLAUSIBLE and len(floor) and floor.iloc[0] > 0 and r.method != RANDOM:
+                cell += f" ({row['mean'] / floor.iloc[0]:.2f}x random)"
+            cells.append(cell)
+        frame[metric] = cells
+    frame.attrs = {**board.attrs, "beside": shown}
+    return frame
 
 
 def board_with_costs(board: pd.DataFrame, manifest: dict, n_docs: int) -> pd.DataFrame:
@@ -78,9 +121,15 @@ def note(board: pd.DataFrame) -> str:
     floor = board[board["is_floor"]]
     above = board[~board["is_floor"] & (board["gain_lo"] > 0)]["entry"].tolist()
     parts = [
-        "Every method of the evaluation ranked by comprehensiveness AOPC (the drop in the predicted "
-        "class's probability when the method's top tokens are removed, averaged over the shares; higher = "
-        "more faithful). A method with layers appears at its best layer and at its last layer; the best "
+        (
+            "Every method of the evaluation ranked by comprehensiveness AOPC (the drop in the predicted "
+            "class's probability when the method's top tokens are removed, averaged over the shares; higher = "
+            "more faithful)."
+            if board.attrs.get("metric", METRIC) == METRIC
+            else "Every method ranked by AUPRC against the human rationales (how well its scores single out "
+            "the words people marked; higher = more plausible)."
+        )
+        + " A method with layers appears at its best layer and at its last layer; the best "
         "layer is picked on these same reviews, so its mean is optimistic.",
         f"Intervals: {RULE} (mean +- t(0.975, reviews - 1) x sd / sqrt(reviews)).",
     ]
@@ -116,6 +165,7 @@ def table(board: pd.DataFrame) -> str:
             str(int(r.n_docs)),
             cost,
             ratio,
+            *(html.escape(getattr(r, m)) for m in board.attrs.get("beside", ())),
         ]
         rows.append(f"<tr{style}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(
@@ -123,11 +173,12 @@ def table(board: pd.DataFrame) -> str:
         for h in (
             "rank",
             "method",
-            "comprehensiveness AOPC [95% t interval]",
+            f"{NAMES[board.attrs.get('metric', METRIC)]} [95% t interval]",
             "minus random, same reviews [95% t interval]",
             "reviews",
             "seconds per review",
             "x capture forward",
+            *(f"{NAMES[m]} [95% t interval]" for m in board.attrs.get("beside", ())),
         )
     )
     return f"<table class='faithfulness leaderboard'><tr>{head}</tr>{''.join(rows)}</table>"

@@ -1,0 +1,123 @@
+"""Plausibility in a run (``--set rationales=COLUMN``): the rows land in the faithfulness view for
+every method, layer and the random floor, equal an independent scikit-learn computation from the
+stored word scores, a bad rationale becomes an errors row while the run goes on, and a missing
+column is refused in one sentence before anything is scored."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import average_precision_score
+
+from xai_ray import cli
+from xai_ray.scoring import plausibility as pl
+
+TEXTS = [
+    "a wonderful film with great acting",
+    "the plot was dull and boring",
+    "terrible script but lovely music",
+    "I liked it",
+]
+RATIONALES = [
+    json.dumps([0, 1, 0, 0, 1, 0]),  # a mask: "wonderful", "great"
+    json.dumps([[4, 6]]),  # token spans: "and boring"
+    json.dumps([[0, 1], [3, 5]]),  # token spans: "terrible", "lovely music"
+    json.dumps([1, 1]),  # two values for three tokens: an errors row
+]
+
+
+@pytest.fixture(scope="module")
+def plausible_store(tmp_path_factory, tiny_bert_dir, ray_cluster):
+    root = tmp_path_factory.mktemp("plausible")
+    pd.DataFrame({"id": [f"r{i}" for i in range(4)], "text": TEXTS, "label": [1, 0, 0, 1], "why": RATIONALES}).to_csv(
+        root / "corpus.csv", index=False
+    )
+    common = ["run", "--data", str(root / "corpus.csv"), "--model", tiny_bert_dir, "--store", str(root / "store")]
+    common += ["--methods", "raw,rollout", "--max-length", "32", "--actors", "1", "--set", "rationales=why"]
+    assert cli.main([*common, "--run-id", "p"]) == 0
+    assert cli.main([*common, "--run-id", "e", "--evaluate"]) == 0  # with faithfulness beside
+    return root / "store"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_run_stores_plausibility_beside_faithfulness(plausible_store):
+    from xai_ray.query.connection import open_store
+
+    con = open_store(plausible_store)
+    rows = con.execute("select * from faithfulness where run_id = 'p'").df()
+    assert sorted(rows.doc_id.unique()) == ["r0", "r1", "r2"]
+    assert set(rows.metric) == set(pl.metric_names())
+    assert set(rows.method) == {"raw", "rollout", "random"}
+    assert set(rows[rows.method == "rollout"].layer) == {1, 2} and rows[rows.method == "random"].layer.isna().all()
+    assert rows.value.between(0, 1).all()
+    errors = con.execute("select * from errors where run_id = 'p' and stage = 'plausibility'").df()
+    assert errors.doc_id.tolist() == ["r3"]
+    assert errors.reason.iloc[0] == "rationale mask has 2 values, the review 3 whitespace tokens"
+    assert con.execute("select count(*) from docs where run_id = 'p'").fetchone() == (4,)  # the review was scored
+    manifest = json.loads((plausible_store / "runs" / "run_id=p" / "manifest.json").read_text())
+    assert manifest["counts"]["plausibility_reviews"] == 3 and manifest["counts"]["plausibility_errors"] == 1
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_stored_auprc_equals_scikit_learn_on_the_stored_words(plausible_store):
+    from xai_ray.query.connection import open_store
+
+    con = open_store(plausible_store)
+    words = con.execute(
+        "select word_id, word, raw_score from words where run_id = 'p' and doc_id = 'r0'"
+        " and method = 'rollout' and layer = 2 order by word_id"
+    ).df()
+    assert words.word.tolist() == TEXTS[0].split()  # one word per whitespace token here
+    expected = average_precision_score([0, 1, 0, 0, 1, 0], words.raw_score.to_numpy(float))
+    stored = con.execute(
+        "select value from faithfulness where run_id = 'p' and doc_id = 'r0' and method = 'rollout'"
+        " and layer = 2 and metric = 'auprc'"
+    ).fetchone()[0]
+    assert stored == pytest.approx(expected, abs=1e-6)
+    k = 2  # the rationale's own size: the two best-scored tokens
+    top = set(np.argsort(-words.raw_score.to_numpy(float), kind="stable")[:k])
+    f1 = con.execute(
+        "select value from faithfulness where run_id = 'p' and doc_id = 'r0' and method = 'rollout'"
+        " and layer = 2 and metric = 'token_f1@rationale'"
+    ).fetchone()[0]
+    assert f1 == pytest.approx(len(top & {1, 4}) / k)
+
+
+def test_a_missing_rationale_column_is_one_sentence(tmp_path, tiny_bert_dir, capsys):
+    pd.DataFrame({"text": TEXTS, "label": [1, 0, 0, 1]}).to_csv(tmp_path / "corpus.csv", index=False)
+    status = cli.main(
+        ["run", "--data", str(tmp_path / "corpus.csv"), "--model", tiny_bert_dir, "--store", str(tmp_path / "s")]
+        + ["--set", "rationales=why"]
+    )
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert "rationales='why' is not a column of" in err and "(columns: text, label)" in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "s" / "runs").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_leaderboard_shows_auprc_beside_comprehensiveness_and_sufficiency(plausible_store):
+    page = (plausible_store / "runs" / "run_id=e" / "report.html").read_text()
+    board = page[page.index("<table class='faithfulness leaderboard'>") :]
+    head = board[: board.index("</tr>")]
+    assert "<th>comprehensiveness AOPC [95% t interval]</th>" in head
+    assert "<th>sufficiency AOPC (lower is better) [95% t interval]</th>" in head
+    assert "<th>AUPRC against human rationales [95% t interval]</th>" in head
+    assert re.search(r"<td>0\.\d{3} \[[-0-9.]+, [-0-9.]+\] \(\d\.\d\dx random\)</td>", board)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_report_ranks_a_rationale_only_run_by_auprc(plausible_store):
+    page = (plausible_store / "runs" / "run_id=p" / "report.html").read_text()
+    assert "Leaderboard: AUPRC against human rationales" in page
+    assert "ranked by AUPRC against the human rationales" in page
+    assert re.search(r"<td>rollout, layer \d \([a-z, ]+\)</td><td>0\.\d{3} \[", page)

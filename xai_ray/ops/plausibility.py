@@ -1,0 +1,123 @@
+"""The plausibility stage of a run with ``--set rationales=COLUMN``: every stored method and layer
+scored against the corpus's human rationales (``xai_ray.scoring.plausibility``), after the run is
+published and before its aggregates, so the report's leaderboard shows them.
+
+The rows go into the run's faithfulness table (``faithfulness/part-plausibility.parquet``, the
+metric names of ``plausibility.metric_names``), beside the random ranking's, so the leaderboard
+and the one interval rule serve them unchanged. Rationales are read from the run's corpus file
+(Parquet, CSV or JSON lines) by ``id_column``, or by row number (``{split}-{row}``) when it has
+none, and against the text as scored (after ``clean_html``). A review whose rationale cannot be
+read is an ``errors`` row of stage ``plausibility`` with its reason; the other reviews go on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from xai_ray.config import ConfigError, RunConfig
+from xai_ray.data import fields
+from xai_ray.data.sources import plan
+from xai_ray.query.connection import open_store, run_named
+from xai_ray.scoring import plausibility
+from xai_ray.scoring.faithfulness import RANDOM, random_scores
+from xai_ray.store import layout
+from xai_ray.store.files import write_atomically, write_parquet_atomically
+from xai_ray.store.schemas import ERRORS, FAITHFULNESS
+
+log = logging.getLogger("xai_ray")
+STAGE = "plausibility"
+READABLE = ("parquet", "csv", "jsonl", "json")
+
+
+def read_rationales(cfg: RunConfig) -> dict[str, object]:
+    """doc_id -> the rationale as the corpus wrote it (rows without one are left out)."""
+    found = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
+    kinds = sorted({p.kind for p in found.pieces} - set(READABLE))
+    if kinds:
+        raise ConfigError(
+            f"rationales={cfg.rationales!r} needs a Parquet, CSV or JSON lines corpus; {cfg.data!r} is {kinds[0]}"
+        )
+    paths = list(dict.fromkeys((p.path, p.kind) for p in found.pieces))  # a Parquet file split by row groups once
+    frames = [_frame(Path(path), kind, (cfg.id_column, cfg.rationales)) for path, kind in paths]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if cfg.rationales not in frame.columns:
+        columns = ", ".join(map(str, frame.columns))
+        raise ConfigError(f"rationales={cfg.rationales!r} is not a column of {cfg.data!r} (columns: {columns})")
+    if cfg.id_column in frame.columns:
+        ids = [fields.id_text(v)[0] for v in frame[cfg.id_column]]
+    else:
+        ids = [f"{cfg.split}-{row}" for row in range(len(frame))]
+    return {i: v for i, v in zip(ids, frame[cfg.rationales]) if i is not None and not fields.missing(v)}
+
+
+def _frame(path: Path, kind: str, wanted: tuple[str, ...]) -> pd.DataFrame:
+    """The file's rows; of a Parquet file only the ``wanted`` columns (its texts stay on disk)."""
+    if kind == "parquet":
+        names = pq.read_schema(path).names
+        return pq.read_table(path, columns=[c for c in wanted if c in names] or names[:1]).to_pandas()
+    if kind == "csv":
+        return pd.read_csv(path, dtype=str, keep_default_na=False)
+    with open(path, encoding="utf-8") as handle:
+        if kind == "json":
+            return pd.DataFrame(json.load(handle))
+        return pd.DataFrame([json.loads(line) for line in handle if line.strip()])
+
+
+def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) -> tuple[pa.Table, pa.Table]:
+    """``sql/run_word_scores.sql`` rows and the rationales -> (metric rows, error rows)."""
+    metrics, errors = [], []
+    for doc_id, doc in words.groupby("doc_id", sort=True):
+        if doc_id not in rationales:
+            continue
+        text = doc["text"].iloc[0]
+        try:
+            gold = plausibility.rationale_mask(rationales[doc_id], text, units)
+        except plausibility.RationaleError as err:  # recorded per row, the job goes on
+            errors.append((doc_id, str(err)))
+            continue
+        rankings, seen = [], None
+        for (method, layer), scored in doc.groupby(["method", "layer"], sort=True):
+            starts = plausibility.word_starts(scored["word"].tolist(), text)
+            per_token, seen = plausibility.token_scores(scored["raw_score"].to_numpy(float), starts, text)
+            rankings.append((method, int(layer), per_token[0]))
+        rankings = [(m, layer, s[seen]) for m, layer, s in rankings]
+        rankings.append((RANDOM, None, random_scores(doc_id, int(seen.sum()), seed)))
+        for method, layer, metric, value in plausibility.review_rows(rankings, gold[seen]):
+            metrics.append((doc_id, method, layer, metric, None if np.isnan(value) else float(value)))
+    table = pa.table(dict(zip(FAITHFULNESS.names, zip(*metrics))) if metrics else {}, schema=FAITHFULNESS)
+    failed = pa.table(
+        {"doc_id": [d for d, _ in errors], "stage": [STAGE] * len(errors), "reason": [r for _, r in errors]},
+        schema=ERRORS,
+    )
+    return table, failed
+
+
+def add_plausibility(cfg: RunConfig, run_id: str) -> dict:
+    """Score the published run ``run_id`` against ``cfg.rationales``; returns the counts it added."""
+    rationales = read_rationales(cfg)
+    con = open_store(cfg.store)
+    try:
+        words = run_named(con, "run_word_scores", run_id=run_id)
+    finally:
+        con.close()
+    metrics, errors = score_run(words, rationales, cfg.rationale_units, cfg.seed)
+    run = layout.run_dir(cfg.store, run_id)
+    (run / "faithfulness").mkdir(exist_ok=True)  # a run without --evaluate has no faithfulness rows yet
+    if errors.num_rows:
+        write_parquet_atomically(run / "errors" / f"part-{STAGE}.parquet", errors)
+    if metrics.num_rows:
+        write_parquet_atomically(run / "faithfulness" / f"part-{STAGE}.parquet", metrics)
+    reviews = len({d for d in metrics.column("doc_id").to_pylist()})
+    counts = {"plausibility_reviews": reviews, "plausibility_errors": errors.num_rows}
+    manifest = layout.read_manifest(run / layout.MANIFEST)
+    manifest["counts"] = {**manifest.get("counts", {}), **counts}
+    write_atomically(run / layout.MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
+    log.info("run %s: plausibility of %d reviews, %d rationale errors", run_id, reviews, errors.num_rows)
+    return counts
