@@ -72,7 +72,7 @@ def run(cfg: RunConfig) -> RunResult:
             resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
             corpus = read(cfg)
             if cfg.rationales:  # a missing column or unreadable source: one sentence, before Ray
-                from xai_ray.ops.plausibility import read_rationales
+                from xai_ray.pipeline.plausibility import read_rationales
 
                 read_rationales(cfg)
             ensure_ray()
@@ -133,7 +133,7 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
         rows, cfg, run_id, n_input=n_input, started=started, model=model, writer=writer, screened=screened
     )
     if cfg.rationales:  # agreement with the corpus's human rationales, before the aggregates read faithfulness
-        from xai_ray.ops.plausibility import add_plausibility
+        from xai_ray.pipeline.plausibility import add_plausibility
 
         manifest["counts"] = {**manifest.get("counts", {}), **add_plausibility(cfg, run_id)}
     summary = aggregate(cfg.store, run_id, cfg.top_k)
