@@ -22,7 +22,11 @@ def add_parsers(sub) -> None:
     top = sub.add_parser("topk", help="top-k words of a run by mean length-fair score, with 95%% intervals")
     flags.add_store(top)
     flags.add_run_id(top)
-    top.add_argument("--method", default="rollout", help="the method ranked (default: rollout)")
+    top.add_argument(
+        "--method",
+        help="the method ranked (default: the one the run's leaderboard ranks best, else grad_rollout, "
+        "attn_x_grad, integrated_gradients, rollout, raw, ... whichever the run has first)",
+    )
     top.add_argument("--layer", type=flags.whole(1), help="1-based layer (default: the model's last layer)")
     top.add_argument("--k", type=flags.whole(1, 100_000), default=20, help="words listed per group (default: 20)")
     top.add_argument(
@@ -168,10 +172,18 @@ def cmd_topk(args) -> int:
     limits = limits_of(args)
     con = open_store(local_store(args.store), limits=limits)
     with limited(con, limits.timeout_s):
+        method = args.method
+        if method is None:  # the run's own leaderboard decides
+            from xai_ray.query.connection import pick_run
+            from xai_ray.report.leaderboard import lead_method
+
+            run = pick_run(con, args.run_id)
+            method, why = lead_method(con, run["run_id"], run["methods"].split(","))
+            print(f"xai-ray: method {method}: {why}", file=sys.stderr)
         frame = topk(
             con,
             args.run_id,
-            args.method,
+            method,
             args.layer,
             args.k,
             args.min_count,

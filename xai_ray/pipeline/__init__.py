@@ -305,11 +305,12 @@ def _auto_actors(gpus: float, cpus_per_actor: float) -> int:
 
 def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
     """Stage 5: the run's corpus-wide aggregates, kept beside it for the report, and its headline
-    numbers and top words (rollout if present, else the first method) for the log."""
+    numbers and top words (of the method the run's leaderboard ranks best: report.leaderboard) for the log."""
     from xai_ray.query.connection import open_store, pick_run, run_named
     from xai_ray.query.top_words import keep_word_totals, topk
     from xai_ray.report.aggregates import keep_aggregates
     from xai_ray.report.definition import DEFAULTS
+    from xai_ray.report.leaderboard import lead_method
 
     keep_aggregates(store, run_id)
     keep_word_totals(store, run_id)
@@ -317,7 +318,7 @@ def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
     run = pick_run(con, run_id)
     summary = run_named(con, "summary", run_id=run_id).iloc[0].to_dict()
     methods = run["methods"].split(",")
-    method = "rollout" if "rollout" in methods else methods[0]
+    method, _ = lead_method(con, run_id, methods)
     # The report's defaults (wordstats): lift, wordstats.default_min_docs, punctuation left out.
     top = topk(con, run_id=run_id, method=method, k=k, exclude=DEFAULTS["exclude"])
     return {**summary, "method": method, "top_words": top["word"].tolist()[:10]}

@@ -14,6 +14,7 @@ import pandas as pd
 from xai_ray.config import ConfigError
 from xai_ray.query import wordstats
 from xai_ray.query.connection import open_store, pick_run, run_named, sql_text
+from xai_ray.report.leaderboard import lead_method
 from xai_ray.store.aggregates import read_aggregate
 
 # Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
@@ -133,8 +134,8 @@ def context(
     summary = run_named(con, "summary", run_id=run["run_id"]).iloc[0].to_dict()
     methods = run["methods"].split(",")
     main = definition["main_method"]
-    if main == "auto":
-        main = "rollout" if "rollout" in methods else methods[0]
+    if main == "auto":  # the run's own leaderboard decides (report.leaderboard.lead_method)
+        main, _ = lead_method(con, run["run_id"], methods)
     elif main not in methods:
         raise ConfigError(f"report definition: main_method {main!r} is not in the run's methods {methods}")
     min_docs = definition["min_docs"]

@@ -37,6 +37,30 @@ def params(metric: str) -> dict:
     return {"metric": metric, "floor": RANDOM}
 
 
+# Without a leaderboard of its own (no --evaluate, no rationales), a run leads with the first of these
+# it has: the gradient-weighted attention methods agreed best with human rationales and with a sentiment
+# lexicon, and ranked above plain attention in comprehensiveness (docs/faithfulness.md), so they lead.
+PRIOR = ("grad_rollout", "attn_x_grad", "integrated_gradients", "rollout", "raw", "flow", "input_x_gradient")
+
+
+def lead_method(con, run_id: str, methods: list[str]) -> tuple[str, str]:
+    """(the method a run's report, ``topk`` and nightly lead with, why): the best entry of the run's
+    own leaderboard among its stored methods (comprehensiveness AOPC, else AUPRC against rationales),
+    else the first of ``PRIOR`` the run has. Rollout and the others stay one choice away."""
+    from xai_ray.query.connection import run_named
+
+    for metric in (METRIC, PLAUSIBLE):
+        board = run_named(con, "report_leaderboard", run_id=run_id, **params(metric))
+        board = board[board["method"].isin(methods)]
+        if not board.empty:
+            best = board.sort_values(["mean", "method"], ascending=[False, True]).iloc[0]
+            return str(best["method"]), f"ranked first by {NAMES[metric]} on this run's leaderboard"
+    for name in PRIOR:
+        if name in methods:
+            return name, "the default order (the run has no leaderboard: see --evaluate)"
+    return methods[0], "the run's first method"
+
+
 # Methods timed under another name: the evaluation's own input x gradient is one backward per batch.
 TIMED_AS = {GRADIENT: "gradient"}
 FORWARD = "forward"  # the capture forward every attention method reads, timed once per review

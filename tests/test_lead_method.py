@@ -1,0 +1,56 @@
+"""The method a run's report, topk and nightly lead with: the best of the run's own leaderboard,
+else the default order. Given rows of a faithfulness table, expected choice."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pytest
+
+from xai_ray.report.leaderboard import PRIOR, lead_method
+
+
+def _con(rows: list[tuple]) -> duckdb.DuckDBPyConnection:
+    frame = pd.DataFrame(rows, columns=["run_id", "doc_id", "method", "layer", "metric", "value"])
+    frame["layer"] = frame["layer"].astype("Int32")
+    con = duckdb.connect()
+    con.register("faithfulness", frame)
+    return con
+
+
+def _values(method, layer, metric, values):
+    return [("r", f"d{i}", method, layer, metric, v) for i, v in enumerate(values)]
+
+
+def test_the_leaderboard_best_leads_among_the_runs_methods():
+    rows = (
+        _values("rollout", 2, "comprehensiveness_aopc", [0.10, 0.20, 0.15])
+        + _values("raw", 1, "comprehensiveness_aopc", [0.30, 0.35, 0.40])  # best
+        + _values("raw", 2, "comprehensiveness_aopc", [0.20, 0.25, 0.20])
+        + _values("random", None, "comprehensiveness_aopc", [0.05, 0.06, 0.04])
+        + _values("input_x_gradient", None, "comprehensiveness_aopc", [0.9, 0.9, 0.9])  # a baseline, not stored
+    )
+    method, why = lead_method(_con(rows), "r", ["raw", "rollout"])
+    assert method == "raw" and "comprehensiveness" in why
+
+
+def test_rationales_rank_a_run_without_perturbation_metrics():
+    rows = _values("rollout", 2, "auprc", [0.5, 0.6]) + _values("grad_rollout", 2, "auprc", [0.4, 0.45])
+    method, why = lead_method(_con(rows), "r", ["rollout", "grad_rollout"])
+    assert method == "rollout" and "AUPRC" in why
+
+
+@pytest.mark.parametrize(
+    "methods,expected",
+    [
+        (["raw", "rollout"], "rollout"),
+        (["raw", "rollout", "grad_rollout"], "grad_rollout"),
+        (["flow", "raw"], "raw"),
+        (["input_x_gradient", "attn_x_grad"], "attn_x_grad"),
+    ],
+)
+def test_without_a_leaderboard_the_default_order_decides(methods, expected):
+    other_run = [("another", "d0", "raw", 1, "comprehensiveness_aopc", 0.9)]  # not this run's
+    method, why = lead_method(_con(other_run), "r", methods)
+    assert method == expected and "default order" in why
+    assert set(PRIOR) >= set(methods)
