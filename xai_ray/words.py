@@ -132,3 +132,20 @@ def merge_attention(attention: np.ndarray, index: np.ndarray, n_words: int) -> n
     to_words = attention @ onehot  # (n, W): sum of columns per word
     counts = onehot.sum(axis=0)  # (W,)
     return (onehot.T @ to_words) / counts[:, None]  # (W, W): mean of rows per word
+
+
+def merge_batch(scores, index, n_words: int, signed: bool = False):
+    """A batch's word scores in one pass, on the scores' device (torch): scores (D, L, N) and
+    index (D, N) (``word_index`` per document, -1 for special tokens and padding) -> (word sums
+    (D, L, W), renormalised words (D, L, W)), W = ``n_words`` (the batch's most). A segment sum by
+    word index: the special tokens' and padding's scores go to a spare column that is dropped.
+    Per document and layer this is ``merge_scores`` then ``normalise``."""
+    import torch
+
+    batch, n_layers, n = scores.shape
+    slot = torch.where(index >= 0, index, n_words)[:, None, :].expand(batch, n_layers, n)  # (D, L, N)
+    sums = torch.zeros(batch, n_layers, n_words + 1, dtype=scores.dtype, device=scores.device)
+    sums = sums.scatter_add_(2, slot, scores)[..., :n_words]  # (D, L, W)
+    total = (sums.abs() if signed else sums).sum(dim=-1, keepdim=True)  # (D, L, 1)
+    spread = torch.where(total > 0, sums / torch.where(total > 0, total, torch.ones_like(total)), 0.0)
+    return sums, torch.where(total.isnan(), float("nan"), spread)
