@@ -17,7 +17,8 @@ before: the per-document path until issue 25, kept below as code (float64 numpy 
         words by ``np.add.at`` per review, a Python dict per row and ``pa.Table.from_pylist``);
 after:  the scorer's path (``Method.scores`` on the whole (B, L, N, N) batch in float32 torch,
         ``words.merge_batch``, ``rows.score_arrays`` and ``rows.table_of``).
-Both tables are checked to hold the same rows (scores to float32 rounding).
+Both tables are checked to hold the same rows (scores to float32 rounding). ``join_contractions``
+is the current one in both (it now skips its patterns unless the next word opens with an apostrophe).
 
 Ends with one line:
 ``host: BEFORE -> AFTER ms/review outside the forward (RATIOx); write BEFORE -> AFTER reviews/s per core (RATIOx); store BEFORE -> AFTER KB/review``
@@ -45,7 +46,7 @@ from xai_ray.scoring.rows import review_meta, row_schema, score_arrays, table_of
 from xai_ray.scoring.segments import MergedBatch  # noqa: E402
 from xai_ray.store.parts import ROW_GROUP_ROWS  # noqa: E402
 from xai_ray.store.tables import PARQUET_OPTIONS, part_tables  # noqa: E402
-from xai_ray.words import join_contractions, merge_batch, word_spans  # noqa: E402
+from xai_ray.words import join_contractions, merge_batch  # noqa: E402
 
 TOKENS, WORDS = 512, 400
 SHAPES = {"MiniLM": (6, ("raw", "rollout")), "bert-base": (12, ("raw", "rollout", "grad_rollout"))}
@@ -120,9 +121,20 @@ def old_normalise(word_scores) -> np.ndarray:
         return np.where(total > 0, word_scores / total, np.where(np.isnan(total), np.nan, 0.0))
 
 
+def old_word_spans(index, n_words, offsets) -> list:
+    starts, ends = [None] * n_words, [0] * n_words
+    for position, w in enumerate(index):
+        if w < 0:
+            continue
+        start, end = offsets[position]
+        starts[w] = start if starts[w] is None else min(starts[w], start)
+        ends[w] = max(ends[w], end)
+    return list(zip(starts, ends))
+
+
 def old_document_row(doc: dict, n_words: int, n_layers: int) -> dict:
     index, text = doc["index"], doc["text"]
-    spans = word_spans(index, n_words, doc["offsets"])
+    spans = old_word_spans(index, n_words, doc["offsets"])
     words = [text[s:e].strip() if s is not None else "" for s, e in spans]
     word_span, word_joined = join_contractions(words, spans, text)
     return {
@@ -282,19 +294,19 @@ def main() -> None:
     torch.set_num_threads(1)  # CPU time per review-core: one thread per actor, as the issue measures
     results = {shape: measure(shape, args.docs, args.batch, args.repeats) for shape in SHAPES}
     print(f"CPU ms per review outside the forward, one thread, {TOKENS} tokens, {WORDS} words")
-    print(f"{'shape':<28}{'path':<8}" + "".join(f"{s:>16}" for s in STAGES) + f"{'total':>10}{'KB':>8}")
+    print(f"{'shape':<36}{'path':<8}" + "".join(f"{s:>16}" for s in STAGES) + f"{'total':>10}{'KB':>8}")
     for shape, found in results.items():
         label = f"{shape} {'+'.join(SHAPES[shape][1])}"
         for path in ("before", "after"):
             row = found[path]
             total = sum(row[s] for s in STAGES)
             print(
-                f"{label:<28}{path:<8}"
+                f"{label:<36}{path:<8}"
                 + "".join(f"{row[s]:>16.2f}" for s in STAGES)
                 + f"{total:>10.2f}{row['kb']:>8.1f}"
             )
         totals = [sum(found[p][s] for s in STAGES) for p in ("before", "after")]
-        print(f"{label:<28}{'ratio':<8}{totals[0] / totals[1]:>16.1f}x before/after, all stages")
+        print(f"{label:<36}{'ratio':<8}{totals[0] / totals[1]:>16.1f}x before/after, all stages")
     mini = results["MiniLM"]
     host = [sum(mini[p][s] for s in STAGES) for p in ("before", "after")]
     write = [1000 / mini[p]["encode + write"] for p in ("before", "after")]
