@@ -32,16 +32,20 @@ def word_index(word_ids: list) -> tuple[np.ndarray, int]:
 
 def word_spans(index: np.ndarray, n_words: int, offsets) -> list[tuple[int | None, int]]:
     """Each word's (start, end) character span in the text: from its first piece's start to its
-    last piece's end (start None for a word with no offsets)."""
-    starts = [None] * n_words
-    ends = [0] * n_words
-    for position, w in enumerate(index):
-        if w < 0:
-            continue
-        start, end = offsets[position]
-        starts[w] = start if starts[w] is None else min(starts[w], start)
-        ends[w] = max(ends[w], end)
-    return list(zip(starts, ends))
+    last piece's end (start None for a word with no offsets). One pass over the pieces in numpy."""
+    index = np.asarray(index, dtype=np.int64)
+    keep = index >= 0
+    if n_words == 0 or not keep.any():
+        return [(None, 0)] * n_words
+    spans = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)[keep]  # (pieces, 2)
+    words = index[keep]
+    starts = np.full(n_words, np.iinfo(np.int64).max)
+    ends = np.zeros(n_words, dtype=np.int64)
+    np.minimum.at(starts, words, spans[:, 0])
+    np.maximum.at(ends, words, spans[:, 1])
+    seen = np.zeros(n_words, dtype=bool)
+    seen[words] = True
+    return [(s if ok else None, e) for s, e, ok in zip(starts.tolist(), ends.tolist(), seen.tolist())]
 
 
 def word_texts(index: np.ndarray, n_words: int, offsets, text: str) -> list[str]:
@@ -66,11 +70,13 @@ def join_contractions(texts: list[str], spans: list[tuple[int | None, int]], tex
 
     first = list(range(n))
     last = list(range(n))
+    # every join needs the next word to start with an apostrophe: the rest skip the patterns
+    opens = [bool(t) and t[0] in "'\u2019" for t in texts] + [False]
     i = 0
     while i < n:
         j = i
-        if WORDLIKE.fullmatch(texts[i]):
-            while True:
+        if opens[i + 1] and WORDLIKE.fullmatch(texts[i]):
+            while opens[j + 1]:
                 if j + 1 < n and touch(j, j + 1) and TAIL.fullmatch(texts[j + 1]):
                     j += 1
                 elif (
@@ -132,3 +138,20 @@ def merge_attention(attention: np.ndarray, index: np.ndarray, n_words: int) -> n
     to_words = attention @ onehot  # (n, W): sum of columns per word
     counts = onehot.sum(axis=0)  # (W,)
     return (onehot.T @ to_words) / counts[:, None]  # (W, W): mean of rows per word
+
+
+def merge_batch(scores, index, n_words: int, signed: bool = False):
+    """A batch's word scores in one pass, on the scores' device (torch): scores (D, L, N) and
+    index (D, N) (``word_index`` per document, -1 for special tokens and padding) -> (word sums
+    (D, L, W), renormalised words (D, L, W)), W = ``n_words`` (the batch's most). A segment sum by
+    word index: the special tokens' and padding's scores go to a spare column that is dropped.
+    Per document and layer this is ``merge_scores`` then ``normalise``."""
+    import torch
+
+    batch, n_layers, n = scores.shape
+    slot = torch.where(index >= 0, index, n_words)[:, None, :].expand(batch, n_layers, n)  # (D, L, N)
+    sums = torch.zeros(batch, n_layers, n_words + 1, dtype=scores.dtype, device=scores.device)
+    sums = sums.scatter_add_(2, slot, scores)[..., :n_words]  # (D, L, W)
+    total = (sums.abs() if signed else sums).sum(dim=-1, keepdim=True)  # (D, L, 1)
+    spread = torch.where(total > 0, sums / torch.where(total > 0, total, torch.ones_like(total)), 0.0)
+    return sums, torch.where(total.isnan(), float("nan"), spread)

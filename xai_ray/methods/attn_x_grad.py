@@ -9,9 +9,8 @@ raises the target class's logit count.
 
 from __future__ import annotations
 
-import numpy as np
-
-from xai_ray.methods.base import ATTENTION_GRADIENTS, Method, as_layers, register, to_shares
+from xai_ray.methods.base import ATTENTION_GRADIENTS, Method, register
+from xai_ray.methods.batched import masked, shares
 
 
 @register
@@ -24,5 +23,5 @@ class AttentionTimesGradient(Method):
     class_specific = True
     objective = "logit"
 
-    def attribute(self, weighted: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
-        return to_shares(as_layers(weighted)[:, 0, :])
+    def batch(self, weighted, lengths):  # (B, L, N, N) -> (B, L, N)
+        return shares(masked(weighted[:, :, 0, :], lengths))

@@ -1,9 +1,11 @@
 """The small shared base of every explanation method.
 
-A method turns what one forward (and, for gradient methods, backward) pass captured of one
-document into per-layer scores over its input positions. It is pure array math: no Ray, no
-Parquet, no Hugging Face. What it reads is named by ``Method.needs`` (the capture in
-``xai_ray.model`` produces each once per batch, whatever the number of methods reading it):
+A method turns what one forward (and, for gradient methods, backward) pass captured of a batch
+of documents into per-layer scores over their input positions (``Method.batch``: torch tensors
+on the model's device, (B, L, N, N) in, (B, L, N) out, padding masked; ``attribute`` is the same
+math on one document in float64 numpy). It is pure array math: no Ray, no Parquet, no Hugging
+Face. What it reads is named by ``Method.needs`` (the capture in ``xai_ray.model`` produces each
+once per batch, whatever the number of methods reading it), per document:
 
     attention            (L, n, n)  head-fused attention of layer 1..L, real tokens only, rows sum to 1
     attention_gradients  (L, n, n)  per layer, the head mean of clamp(dy_t/dA * A, min=0) (Chefer et al.)
@@ -23,6 +25,8 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 import numpy as np
+
+from xai_ray.methods.batched import as_batch, masked, shares, undefined_below
 
 RESIDUAL_MODES = ("half", "none")
 # Rows of the fused matrices always sum to 1 (mean fusion, or max/min/discard renormalised), and
@@ -106,12 +110,14 @@ def to_shares(scores: np.ndarray, signed: bool = False) -> np.ndarray:
 
 
 class Method:
-    """One explanation method. Subclasses set ``name`` and implement ``attribute``.
+    """One explanation method. Subclasses set ``name`` and implement ``batch``.
 
-    needs: which capture ``attribute`` reads (see the module docstring).
+    needs: which capture the method reads (see the module docstring).
     class_specific: the scores explain one class (the run's ``target``); attention methods do not.
     signed: scores may be negative (evidence against the target class); shares of |score|.
     objective: what a class-specific method differentiates: ``logit`` or ``log_probability`` of the target.
+    host_stage: the method runs on the host, one document at a time (attention flow's max-flow
+        solver): a GPU actor leaves it to a CPU stage after it, with the attention it reads.
     """
 
     name: ClassVar[str]
@@ -119,12 +125,24 @@ class Method:
     class_specific: ClassVar[bool] = False
     signed: ClassVar[bool] = False
     objective: ClassVar[str | None] = None
+    host_stage: ClassVar[bool] = False
 
     def __init__(self, options: AttentionOptions | None = None) -> None:
         self.options = options or AttentionOptions()
 
-    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
+    def batch(self, matrices, lengths):  # (B, L, N, N) -> (B, L, N)
+        """Scores of a right-padded batch, on its device and in its dtype: (B, L, N, N) torch
+        matrices and (B,) lengths in, (B, L, N) out, padding columns 0, undefined layers NaN."""
         raise NotImplementedError
+
+    def scores(self, captured: dict, lengths, n_layers: int):
+        """(B, L, N) scores of a batch from its captures (``captured[self.needs]``, torch)."""
+        return self.batch(captured[self.needs], lengths)
+
+    def attribute(self, fused) -> np.ndarray:  # (L, n, n) -> (L, n)
+        """One document's (L, n) scores in float64 numpy: the batched form on a batch of one."""
+        matrices = as_batch(fused)  # (1, L, n, n)
+        return self.batch(matrices, [matrices.shape[-1]])[0].numpy()
 
     def explain(self, captured: dict, n_layers: int) -> np.ndarray:
         """(L, n) scores of one document from its captures (``captured[self.needs]``)."""
@@ -145,34 +163,22 @@ class TokenAttribution(Method):
     signed = True
     objective = "log_probability"
 
-    def attribute(self, values: np.ndarray, n_layers: int = 1) -> np.ndarray:  # (n,) -> (L, n)
-        values = np.asarray(values.detach().cpu() if hasattr(values, "detach") else values, dtype=np.float64)
+    def scores(self, captured: dict, lengths, n_layers: int):  # (B, N) -> (B, L, N)
+        values = captured[self.needs]  # (B, N)
+        last = masked(shares(values, signed=True)[:, None, :], lengths)  # (B, 1, N)
+        return undefined_below(max(1, int(n_layers)) - 1, last, max(1, int(n_layers)))
+
+    def attribute(self, values, n_layers: int = 1) -> np.ndarray:  # (n,) -> (L, n)
+        import torch
+
+        values = values.detach().cpu().double() if hasattr(values, "detach") else np.asarray(values, dtype=np.float64)
         if values.ndim != 1:
-            raise ValueError(f"token attributions must have shape (n,), got {values.shape}")
-        scores = np.full((max(1, int(n_layers)), values.shape[0]), np.nan)  # (L, n)
-        scores[-1] = to_shares(values, signed=True)
-        return scores
+            raise ValueError(f"token attributions must have shape (n,), got {tuple(values.shape)}")
+        batch = torch.as_tensor(values)[None]  # (1, n)
+        return self.scores({self.needs: batch}, [batch.shape[1]], n_layers)[0].numpy()
 
     def explain(self, captured: dict, n_layers: int) -> np.ndarray:
         return self.attribute(captured[self.needs], n_layers)
-
-
-class PropagatedMethod(Method):
-    """A method that carries residual-mixed attention from ``start_layer`` up through the layers
-    (rollout, flow): subclasses give ``propagate(A, per_layer=True) -> (L, n)``."""
-
-    @staticmethod
-    def propagate(A: np.ndarray, per_layer: bool = True) -> np.ndarray:
-        raise NotImplementedError
-
-    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
-        fused = as_layers(fused)
-        start = self.options.start_layer - 1
-        scores = np.full(fused.shape[:2], np.nan)  # (L, n): layers below start stay undefined
-        if start < fused.shape[0]:
-            mixed = mix_residual(fused[start:], self.options.residual)
-            scores[start:] = self.propagate(mixed, per_layer=True)
-        return scores
 
 
 REGISTRY: dict[str, type[Method]] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xai_ray.methods.base import PropagatedMethod, as_layers, register
+from xai_ray.methods.base import Method, as_layers, mix_residual, register
 from xai_ray.methods.maxflow import flow_scores
 
 
@@ -37,7 +37,7 @@ def attention_flow(A, per_layer: bool = False) -> np.ndarray:
 
 
 @register
-class AttentionFlow(PropagatedMethod):
+class AttentionFlow(Method):
     """Attention flow: the max flow each input token can take from [CLS] through the layers.
 
     Unlike rollout, which multiplies attention through (paths share no capacity), flow treats
@@ -48,14 +48,28 @@ class AttentionFlow(PropagatedMethod):
     the same way). The max-flow values themselves grow with depth (their sum is not bounded by 1:
     every token's flow is computed alone, and the flows share capacity), so they compare neither
     across layers nor across documents; ``attention_flow`` still returns them.
+
+    The solver is a host program run one document at a time (``host_stage``): the only method
+    whose (L, n, n) attention is copied off the model's device, by a CPU stage after a GPU actor.
     """
 
     name = "flow"
+    host_stage = True
 
-    propagate = staticmethod(attention_flow)
+    def batch(self, fused, lengths):  # (B, L, N, N) -> (B, L, N), one document at a time on the host
+        import torch
 
-    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n), each defined row sums to 1
-        values = super().attribute(fused)  # (L, n) max-flow values; NaN rows below start_layer
+        out = torch.zeros(fused.shape[:3], dtype=torch.float64)  # (B, L, N)
+        for b, n in enumerate(torch.as_tensor(lengths).tolist()):
+            out[b, :, :n] = torch.from_numpy(self.attribute(fused[b, :, :n, :n].detach().cpu()))
+        return out.to(device=fused.device, dtype=fused.dtype)
+
+    def attribute(self, fused) -> np.ndarray:  # (L, n, n) -> (L, n), each defined row sums to 1
+        fused = as_layers(fused)
+        start = self.options.start_layer - 1
+        values = np.full(fused.shape[:2], np.nan)  # (L, n): layers below start stay undefined
+        if start < fused.shape[0]:
+            values[start:] = attention_flow(mix_residual(fused[start:], self.options.residual), per_layer=True)
         totals = values.sum(axis=1, keepdims=True)  # (L, 1)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(totals > 0, values / totals, values)

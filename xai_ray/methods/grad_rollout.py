@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from xai_ray.methods.base import ATTENTION_GRADIENTS, Method, as_layers, register, to_shares
-from xai_ray.methods.rollout import attention_rollout
+from xai_ray.methods.base import ATTENTION_GRADIENTS, Method, register
+from xai_ray.methods.batched import as_batch, cls_chain, masked, shares, undefined_below
 
 
 def gradient_weighted_heads(attention, gradient):
@@ -32,15 +32,20 @@ def gradient_weighted_heads(attention, gradient):
     return (gradient * attention).clip(min=0).mean(-3)
 
 
+def identity_step(rows, weighted):
+    """rows @ (I + Abar), without building I + Abar."""
+    return rows + rows @ weighted
+
+
 def gradient_rollout(weighted, per_layer: bool = False) -> np.ndarray:
     """[CLS] rows of R_l = (I + Abar_l) R_(l-1), R_0 = I, not normalised.
 
     weighted: (L, n, n) Abar of every layer. Returns R_L[0], shape (n,), or every R_l[0],
     shape (L, n), when ``per_layer``. R_l = (I + Abar_l)(I + Abar_(l-1))...(I + Abar_1), so its
-    [CLS] row is the chain of vector-matrix products that ``attention_rollout`` already computes.
+    [CLS] row is the same chain of vector-matrix products as attention rollout's.
     """
-    weighted = as_layers(weighted)
-    return attention_rollout(weighted + np.eye(weighted.shape[-1]), per_layer=per_layer)
+    rows = cls_chain(as_batch(weighted), identity_step)[0].numpy()  # (L, n)
+    return rows if per_layer else rows[-1]
 
 
 @register
@@ -57,10 +62,7 @@ class GradientRollout(Method):
     class_specific = True
     objective = "logit"
 
-    def attribute(self, weighted: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
-        weighted = as_layers(weighted)
+    def batch(self, weighted, lengths):  # (B, L, N, N) -> (B, L, N)
         start = self.options.start_layer - 1
-        scores = np.full(weighted.shape[:2], np.nan)  # (L, n): layers below start stay undefined
-        if start < weighted.shape[0]:
-            scores[start:] = to_shares(gradient_rollout(weighted[start:], per_layer=True))
-        return scores
+        rows = cls_chain(weighted[:, start:], identity_step)  # (B, L - start, N)
+        return undefined_below(start, shares(masked(rows, lengths)), weighted.shape[1])

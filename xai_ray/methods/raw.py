@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from xai_ray.methods.base import Method, as_layers, register
+from xai_ray.methods.base import Method, register
+from xai_ray.methods.batched import masked
 
 
 @register
@@ -17,5 +16,5 @@ class RawAttention(Method):
 
     name = "raw"
 
-    def attribute(self, fused: np.ndarray) -> np.ndarray:  # (L, n, n) -> (L, n)
-        return as_layers(fused)[:, 0, :].copy()
+    def batch(self, fused, lengths):  # (B, L, N, N) -> (B, L, N)
+        return masked(fused[:, :, 0, :], lengths)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from xai_ray.methods.base import PropagatedMethod, as_layers, register
+from xai_ray.methods.base import Method, register
+from xai_ray.methods.batched import as_batch, cls_chain, masked, undefined_below
 
 
 def attention_rollout(A, per_layer: bool = False) -> np.ndarray:
@@ -17,22 +18,25 @@ def attention_rollout(A, per_layer: bool = False) -> np.ndarray:
     Only [CLS] rows are needed, so each layer's row is a chain of vector-matrix products
     e_0^T A_l A_(l-1) ... A_1 (n^2 work per factor) instead of the n^3 matrix rollout.
     """
-    A = as_layers(A)
-    n_layers = A.shape[0]
-    wanted = range(n_layers) if per_layer else [n_layers - 1]
-    rows = []
-    for top in wanted:
-        row = A[top, 0, :]  # (n,)
-        for below in range(top - 1, -1, -1):
-            row = row @ A[below]  # (n,)
-        rows.append(row)
-    return np.stack(rows) if per_layer else rows[0]
+    rows = cls_chain(as_batch(A), lambda rows, layer: rows @ layer)[0].numpy()  # (L, n)
+    return rows if per_layer else rows[-1]
+
+
+def residual_step(residual: str):
+    """rows @ M for M = 0.5 A + 0.5 I (``half``) or M = A (``none``), without building M."""
+    if residual == "none":
+        return lambda rows, layer: rows @ layer
+    return lambda rows, layer: 0.5 * (rows @ layer) + 0.5 * rows
 
 
 @register
-class AttentionRollout(PropagatedMethod):
-    """Attention rollout: residual-aware attention multiplied through the layers."""
+class AttentionRollout(Method):
+    """Attention rollout: residual-aware attention multiplied through the layers, from
+    ``start_layer`` up (lower layers are NaN)."""
 
     name = "rollout"
 
-    propagate = staticmethod(attention_rollout)
+    def batch(self, fused, lengths):  # (B, L, N, N) -> (B, L, N)
+        start = self.options.start_layer - 1
+        rows = cls_chain(fused[:, start:], residual_step(self.options.residual))  # (B, L - start, N)
+        return undefined_below(start, masked(rows, lengths), fused.shape[1])

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from xai_ray.config import RunConfig, resolve_target
+from xai_ray.methods import REGISTRY
 from xai_ray.model.loading import describe_model
 from xai_ray.pipeline.writing import IDENTITY_KEYS, build_manifest, open_writer, resolved, write, write_parts
 from xai_ray.progress import native_stderr_into, route_noise
@@ -212,7 +213,7 @@ def score(rows, cfg: RunConfig):
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
     defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
-    deferred = [m for m in cfg.methods if m == "flow"] if defer else []
+    deferred = [m for m in cfg.methods if REGISTRY[m].host_stage] if defer else []  # methods run on the host
     config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
     # A killed actor is restarted (its constructor reloads the model) and the block it held is run
     # again: Ray Data's defaults for actor pools (restarts and task retries without limit), passed as

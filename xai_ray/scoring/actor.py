@@ -15,7 +15,6 @@ import logging
 import os
 import time
 
-import numpy as np
 import pyarrow as pa
 
 from xai_ray.methods import get_method
@@ -24,17 +23,17 @@ from xai_ray.model.recovery import is_out_of_memory, prefix_for_tokenizer, relea
 from xai_ray.scoring import segments
 from xai_ray.scoring.gradient_pass import GradientPasses, captures_for, ig_summary
 from xai_ray.scoring.rows import (
-    document_row,
     error_row,
-    explained_columns,
     head_columns,
     missing,
+    review_meta,
     row_schema,
-    score_columns,
+    score_arrays,
+    table_of,
     text_problem,
 )
 from xai_ray.scoring.settings import ScorerConfig
-from xai_ray.words import word_index
+from xai_ray.words import merge_batch
 
 log = logging.getLogger("xai_ray.scoring.actor")
 
@@ -103,29 +102,29 @@ class Scorer:
         labels = [None if missing(x) else int(x) for x in batch["label"]]
         # The driver marks the documents of the head-similarity sample (pipeline.order_corpus)
         self.sampled = {i for i, x in enumerate(batch.get("heads_sample", ())) if x} if self.heads else set()
-        rows, good = [], []
+        errors, good = [], []
         for i, text in enumerate(texts):
             problem = text_problem(text)
             if problem:
-                rows.append(self._error_row(ids[i], labels[i], problem))
+                errors.append(self._error_row(ids[i], labels[i], problem))
             else:
                 good.append(i)
-        if self.long_text != "head":
-            cut, good = self._plans(ids, texts, labels, good, rows)
-        else:  # very long texts are cut at whitespace before tokenizing (same tokens kept; see recovery)
-            cut = {i: prefix_for_tokenizer(self.tokenizer, texts[i], self.max_length) for i in good}
-        for group in self._groups(cut, good):
-            rows.extend(self._score_group(ids, texts, labels, group, cut))
+        plans, good = self._plans(ids, texts, labels, good, errors)
+        groups = self._groups(plans, good)
+        tables = [table for group in groups for table in self._score_group(ids, texts, labels, group, plans)]
+        return pa.concat_tables([*tables, self._errors(errors)])
+
+    def _errors(self, rows: list[dict]) -> pa.Table:
         return pa.Table.from_pylist(rows, schema=self.schema)
 
-    def _score_group(self, ids, texts, labels, group, cut) -> list[dict]:
+    def _score_group(self, ids, texts, labels, group, plans) -> list[pa.Table]:
         """Score a group; out of memory halves it, any other failure scores its documents alone."""
         try:
-            return self._score(ids, texts, labels, group, cut)
+            return [self._score(ids, texts, labels, group, plans)]
         except Exception as err:
             reason = f"scoring failed: {type(err).__name__}: {err}"
             if len(group) == 1:  # recorded per row, the job goes on
-                return [self._error_row(ids[group[0]], labels[group[0]], reason)]
+                return [self._errors([self._error_row(ids[group[0]], labels[group[0]], reason)])]
             if is_out_of_memory(err):
                 self.splits += 1
                 release_memory(self.device)
@@ -136,88 +135,128 @@ class Scorer:
                     half,
                     len(group) - half,
                 )
-                return self._score_group(ids, texts, labels, group[:half], cut) + self._score_group(
-                    ids, texts, labels, group[half:], cut
+                return self._score_group(ids, texts, labels, group[:half], plans) + self._score_group(
+                    ids, texts, labels, group[half:], plans
                 )
             # One bad document must not sink its batch: score the rest one at a time.
             self.fallbacks += 1
             log.warning(
                 "batch of %d failed (%s: %s); scoring its documents one at a time", len(group), type(err).__name__, err
             )
-            return [row for i in group for row in self._score_group(ids, texts, labels, [i], cut)]
+            return [table for i in group for table in self._score_group(ids, texts, labels, [i], plans)]
 
-    def _groups(self, texts, chosen) -> list[list[int]]:
-        """A batch's documents in length-sorted groups of at most ``max_tokens_per_batch`` padded tokens."""
-        if not chosen:
-            return []
-        if self.long_text != "head":  # a review's windows are forwarded together: they cost their sum
-            lengths = [sum(len(x) for x in texts[i].inputs) for i in chosen]
-        else:
-            encoded = self.tokenizer([texts[i] for i in chosen], truncation=True, max_length=self.max_length)
-            lengths = [len(ids) for ids in encoded["input_ids"]]  # of the cut texts
+    def _groups(self, plans, chosen) -> list[list[int]]:
+        """A batch's reviews in length-sorted groups of at most ``max_tokens_per_batch`` padded
+        tokens; a review's windows are forwarded together, so it costs their sum."""
+        lengths = [sum(len(x) for x in plans[i].inputs) for i in chosen]
         return [[chosen[j] for j in batch] for batch in token_budget_batches(lengths, self.token_budget)]
 
-    def _score(self, ids, texts, labels, chosen, cut) -> list[dict]:
-        if self.long_text != "head":
-            return self._score_segments(ids, texts, labels, chosen, cut)
-        encoding = self.tokenizer(
-            [cut[i] for i in chosen],
-            truncation=True,
-            max_length=self.max_length,
-            padding=True,
-            return_offsets_mapping=True,
-            return_tensors="pt",
-        )
-        offsets = encoding.pop("offset_mapping").tolist()
+    def _plans(self, ids, texts, labels, good, errors) -> tuple[dict, list[int]]:
+        """Each review cut into model inputs (``segments.plan``: the head is one window); a review
+        that cannot be is an error row. For the head, a very long text is first cut at whitespace
+        (the same tokens are kept; see ``recovery.prefix_for_tokenizer``)."""
+        plans, kept = {}, []
+        for i in good:
+            try:
+                text = texts[i]
+                if self.long_text == "head":
+                    text = prefix_for_tokenizer(self.tokenizer, text, self.max_length)
+                plans[i] = segments.plan(self.tokenizer, text, self.max_length, self.long_text, self.stride)
+                if len(text) < len(texts[i]) and not plans[i].truncated:
+                    plans[i].truncated = self._has_tokens(texts[i][len(text) :])
+                kept.append(i)
+            except Exception as err:  # recorded per row, the job goes on
+                errors.append(self._error_row(ids[i], labels[i], f"tokenizing failed: {type(err).__name__}: {err}"))
+        return plans, kept
+
+    def _score(self, ids, texts, labels, chosen, plans) -> pa.Table:
+        """Score reviews cut by ``segments.plan``: every model input forwarded in one batch, every
+        method on the device for the whole batch, windows merged per review by the rule in
+        ``xai_ray.scoring.segments`` (one window per word; mean probabilities), words summed by
+        index, and the table built column by column."""
+        owners = [(i, w) for i in chosen for w in range(len(plans[i].inputs))]  # one model input each
+        encoding = self._encode([plans[i].inputs[w] for i, w in owners])
+        # per-head statistics of a windowed review come from its first window
         collector = self._head_collector(
-            encoding["input_ids"], encoding["attention_mask"], [i in self.sampled for i in chosen]
+            encoding["input_ids"], encoding["attention_mask"], [w == 0 and i in self.sampled for i, w in owners]
         )
         started = time.perf_counter()
-        model_inputs, probs, fused = self._forward(dict(encoding), collector)  # (B, C), (B, L, N, N)
-        forward_s = (time.perf_counter() - started) / len(chosen)  # the batch's forward, shared out
-        lengths = encoding["attention_mask"].sum(dim=1).tolist()
-        heads = head_columns(collector, len(chosen))
+        model_inputs, probs, fused = self._forward(encoding, collector)  # (R, C), (R, L, N, N) on the device
+        forward_s = (time.perf_counter() - started) / len(chosen)
+        heads = head_columns(collector, len(owners))
+        first = {i: owners.index((i, 0)) for i in chosen}
+        windows_of = {i: [r for r, (owner, _) in enumerate(owners) if owner == i] for i in chosen}
+        review_probs = {
+            i: probs[windows_of[i]].mean(axis=0) for i in chosen
+        }  # (C,): a review's windows share its class
         captured, targets, problems, pass_s = captures_for(
-            self.gradients, model_inputs, probs.argmax(axis=1).tolist(), [labels[i] for i in chosen]
+            self.gradients,
+            model_inputs,
+            [int(review_probs[i].argmax()) for i, _ in owners],
+            [labels[i] for i, _ in owners],
         )
-        rows = []
-        for b, i in enumerate(chosen):
-            if problems[b]:  # recorded per row, the job goes on
-                rows.append(self._error_row(ids[i], labels[i], problems[b]))
+        errors = [self._error_row(ids[i], labels[i], problems[first[i]]) for i in chosen if problems[first[i]]]
+        scored = [i for i in chosen if not problems[first[i]]]
+        if not scored:
+            return self._errors(errors)
+        n_layers = fused.shape[1]
+        merged = segments.MergedBatch.of([plans[i] for i in scored], [windows_of[i] for i in scored], self.tokenizer)
+        lengths = encoding["attention_mask"].sum(dim=1)  # (R,)
+        captured = {"attention": fused, **captured}
+        columns, method_s = {}, {}
+        for name, method in self.methods.items():
+            if name in self.deferred:
                 continue
-            n = int(lengths[b])
-            index, n_words = word_index(encoding.word_ids(b)[:n])
-            row = document_row(
+            begun = time.perf_counter()
+            tokens = merged.scores(method.scores(captured, lengths.to(fused.device), n_layers))  # (D, L, Nm)
+            raw, spread = merge_batch(tokens, merged.word_index(tokens.device), merged.n_words_max, method.signed)
+            columns.update(score_arrays(name, tokens, raw, spread, merged.n_tokens, merged.n_words))
+            method_s[name] = (time.perf_counter() - begun) / len(scored)
+        meta = []
+        for d, i in enumerate(scored):
+            seg = plans[i]
+            row = review_meta(
                 doc_id=ids[i],
                 text=texts[i],
                 label=labels[i],
-                probs=probs[b],
-                tokens=self.tokenizer.convert_ids_to_tokens(encoding["input_ids"][b, :n].tolist()),
-                index=index,
-                n_words=n_words,
-                offsets=offsets[b][:n],
-                n_layers=fused.shape[1],
-                truncated=self._was_truncated(texts[i], offsets[b][:n], index),
+                probs=review_probs[i],
+                tokens=self.tokenizer.convert_ids_to_tokens(merged.token_ids[d]),
+                index=merged.indexes[d],
+                n_words=int(merged.n_words[d]),
+                offsets=merged.offsets[d],
+                n_layers=n_layers,
+                truncated=seg.truncated,
                 fingerprint=self.info["fingerprint"],
                 forward_s=forward_s,
             )
-            doc_attention = fused[b, :, :n, :n]  # (L, n, n): padding sliced away
-            row["seconds"].update(pass_s)
-            row.update(target=targets[b], **ig_summary([captured[b]]))
-            for name, method in self.methods.items():
-                if name in self.deferred:
-                    continue
-                found = {"attention": doc_attention, **captured[b]}
-                row.update(explained_columns(name, method, found, fused.shape[1], index, n_words, row["seconds"]))
-            if self.deferred:
-                row["attention"] = doc_attention.astype(np.float32).ravel()  # for the CPU stage
-            row.update(heads[b])
-            rows.append(row)
-        self._evaluate(rows, model_inputs, problems)
-        return rows
+            row["seconds"].update({key: value * len(windows_of[i]) for key, value in pass_s.items()}, **method_s)
+            row.update(target=targets[first[i]], **ig_summary(captured, windows_of[i]))
+            if self.deferred:  # only single-input reviews get here (pipeline.score keeps windows on the actor)
+                n = int(lengths[first[i]])
+                row["attention"] = fused[first[i], :, :n, :n].float().cpu().numpy().ravel()
+            row.update(heads[first[i]])
+            meta.append(row)
+        self._evaluate(meta, columns, model_inputs, [first[i] for i in scored])  # head and head_tail: one input each
+        return pa.concat_tables([table_of(self.schema, meta, columns), self._errors(errors)])
+
+    def _encode(self, inputs: list[list[int]]) -> dict:
+        """Model inputs (ids with their special tokens) as one right-padded batch of tensors."""
+        import torch
+
+        width = max(len(x) for x in inputs)
+        input_ids = torch.full((len(inputs), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)  # (R, N)
+        attention_mask = torch.zeros((len(inputs), width), dtype=torch.long)  # (R, N)
+        for r, ids in enumerate(inputs):
+            input_ids[r, : len(ids)] = torch.tensor(ids)
+            attention_mask[r, : len(ids)] = 1
+        encoding = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if "token_type_ids" in self.tokenizer.model_input_names:
+            encoding["token_type_ids"] = torch.zeros_like(input_ids)
+        return encoding
 
     def _forward(self, encoding: dict, collector):
-        """One forward pass with attention capture: (model inputs on the device, probs (B, C), fused (B, L, N, N))."""
+        """One forward pass with attention capture: (model inputs on the device, probs (B, C) on
+        the host, fused (B, L, N, N) left on the device for the methods)."""
         import torch
 
         from xai_ray.model.capture import forward_with_attention
@@ -235,96 +274,17 @@ class Scorer:
             logits, fused = forward_with_attention(
                 self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio, collector
             )
-        return model_inputs, torch.softmax(logits, dim=-1).float().cpu().numpy(), fused.cpu().numpy()
+        return model_inputs, torch.softmax(logits, dim=-1).float().cpu().numpy(), fused
 
-    def _plans(self, ids, texts, labels, good, rows) -> tuple[dict, list[int]]:
-        """Each review cut into model inputs (``segments.plan``); a review that cannot be is an error row."""
-        plans, kept = {}, []
-        for i in good:
-            try:
-                plans[i] = segments.plan(self.tokenizer, texts[i], self.max_length, self.long_text, self.stride)
-                kept.append(i)
-            except Exception as err:  # recorded per row, the job goes on
-                rows.append(self._error_row(ids[i], labels[i], f"tokenizing failed: {type(err).__name__}: {err}"))
-        return plans, kept
-
-    def _score_segments(self, ids, texts, labels, chosen, plans) -> list[dict]:
-        """Score reviews cut by ``segments.plan``: every window forwarded in one batch, then merged per
-        review by the rule in ``xai_ray.scoring.segments`` (one window per word; mean probabilities)."""
-        import torch
-
-        owners = [(i, w) for i in chosen for w in range(len(plans[i].inputs))]  # one model input each
-        width = max(len(plans[i].inputs[w]) for i, w in owners)
-        input_ids = torch.full((len(owners), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)  # (R, N)
-        attention_mask = torch.zeros((len(owners), width), dtype=torch.long)  # (R, N)
-        for r, (i, w) in enumerate(owners):
-            window = plans[i].inputs[w]
-            input_ids[r, : len(window)] = torch.tensor(window)
-            attention_mask[r, : len(window)] = 1
-        encoding = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if "token_type_ids" in self.tokenizer.model_input_names:
-            encoding["token_type_ids"] = torch.zeros_like(input_ids)
-        # per-head statistics of a windowed review come from its first window
-        collector = self._head_collector(input_ids, attention_mask, [w == 0 and i in self.sampled for i, w in owners])
-        started = time.perf_counter()
-        model_inputs, probs, fused = self._forward(encoding, collector)  # (R, C), (R, L, N, N)
-        forward_s = (time.perf_counter() - started) / len(chosen)
-        heads = head_columns(collector, len(owners))
-        before, after = segments.special_layout(self.tokenizer)
-        windows_of = {i: [r for r, (owner, _) in enumerate(owners) if owner == i] for i in chosen}
-        preds = {
-            i: int(probs[windows_of[i]].mean(axis=0).argmax()) for i in chosen
-        }  # a review's windows share its class
-        captured, targets, problems, pass_s = captures_for(
-            self.gradients, model_inputs, [preds[i] for i, _ in owners], [labels[i] for i, _ in owners]
-        )
-        rows = []
-        for i in chosen:
-            seg, mine = plans[i], windows_of[i]
-            if problems[mine[0]]:  # recorded per row, the job goes on
-                rows.append(self._error_row(ids[i], labels[i], problems[mine[0]]))
-                continue
-            lengths = [len(seg.inputs[w]) for w in range(len(mine))]
-            word_ids, offsets, token_ids = segments.merged_layout(seg, before, after)
-            index, n_words = word_index(word_ids)
-            row = document_row(
-                doc_id=ids[i],
-                text=texts[i],
-                label=labels[i],
-                probs=probs[mine].mean(axis=0),  # (C,): the windows' mean
-                tokens=self.tokenizer.convert_ids_to_tokens(token_ids),
-                index=index,
-                n_words=n_words,
-                offsets=offsets,
-                n_layers=fused.shape[1],
-                truncated=seg.truncated,
-                fingerprint=self.info["fingerprint"],
-                forward_s=forward_s,
-            )
-            windows = [fused[r, :, :n, :n] for r, n in zip(mine, lengths)]  # (L, n_w, n_w) each
-            found = [{"attention": a, **captured[r]} for a, r in zip(windows, mine)]
-            row["seconds"].update({key: value * len(mine) for key, value in pass_s.items()})
-            row.update(target=targets[mine[0]], **ig_summary([captured[r] for r in mine]))
-            for name, method in self.methods.items():
-                if name in self.deferred:
-                    continue
-                begun = time.perf_counter()
-                merged = segments.merge(seg, [method.explain(f, fused.shape[1]) for f in found], before)  # (L, n)
-                row.update(score_columns(name, merged, index, n_words, method.signed))
-                row["seconds"][name] = time.perf_counter() - begun
-            if self.deferred:  # only single-input reviews get here (pipeline.score keeps windows on the actor)
-                row["attention"] = windows[0].astype(np.float32).ravel()
-            row.update(heads[mine[0]])
-            rows.append(row)
-        self._evaluate(rows, model_inputs, problems)  # head_tail only: the config refuses windows with --evaluate
-        return rows
-
-    def _evaluate(self, rows: list[dict], model_inputs: dict, problems: list) -> None:
-        """Faithfulness of the scored rows (``--evaluate``); inputs whose document became an error are left out."""
-        if self.evaluator is not None:
-            kept = [r for r, problem in enumerate(problems) if not problem]
-            inputs = [model_inputs[k][kept] for k in ("input_ids", "attention_mask")]
-            self.evaluator.add_metrics([row for row in rows if not row.get("error")], *inputs)
+    def _evaluate(self, meta: list[dict], columns: dict, model_inputs: dict, inputs: list[int]) -> None:
+        """Faithfulness of the scored reviews (``--evaluate``), each from its one model input
+        (batch rows ``inputs``); the metrics read each review's token scores back from its column."""
+        if self.evaluator is None:
+            return
+        for d, row in enumerate(meta):
+            for name in self.evaluator.methods:
+                row[f"scores_{name}"] = columns[f"scores_{name}"][d].values.to_numpy(zero_copy_only=False)
+        self.evaluator.add_metrics(meta, *(model_inputs[k][inputs] for k in ("input_ids", "attention_mask")))
 
     def _head_collector(self, input_ids, attention_mask, sampled: list[bool]):
         """The per-head statistics collector of one forward pass, or None when heads are off."""
@@ -354,14 +314,11 @@ class Scorer:
             share=config.run.evaluate_share,
         )
 
-    def _was_truncated(self, text: str, offsets, index) -> bool:
-        """Whether text the tokenizer would have kept lies past the last token the model saw
-        (a tail of zero-width or control characters, which it drops, does not count)."""
-        ends = [end for (start, end), w in zip(offsets, index) if w >= 0]
-        tail = text[max(ends) :].strip() if ends else ""
-        if not tail:
-            return False
-        return len(tail) > 256 or bool(self.tokenizer(tail, add_special_tokens=False)["input_ids"])
+    def _has_tokens(self, tail: str) -> bool:
+        """Whether text cut off before tokenizing holds anything the tokenizer keeps (a tail of
+        zero-width or control characters, which it drops, does not count)."""
+        tail = tail.strip()
+        return bool(tail) and (len(tail) > 256 or bool(self.tokenizer(tail, add_special_tokens=False)["input_ids"]))
 
     def _error_row(self, doc_id, label, reason: str) -> dict:
         return error_row(doc_id, label, reason, self.info["fingerprint"])

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pyarrow as pa
 
 from xai_ray.methods import get_method
-from xai_ray.scoring.rows import row_schema, timed_method_columns
+from xai_ray.scoring.rows import row_schema, score_columns
 from xai_ray.scoring.settings import ScorerConfig
 
 log = logging.getLogger("xai_ray.scoring.deferred")
@@ -53,10 +54,10 @@ class DeferredMethods:
             index = np.asarray(row["word_index"], dtype=np.int64)
             for name, method in self.methods.items():
                 try:
-                    row["seconds"] = dict(row.get("seconds") or {})
-                    row.update(
-                        timed_method_columns(name, method, doc_attention, index, len(row["words"]), row["seconds"])
-                    )
+                    started = time.perf_counter()
+                    scores = method.attribute(doc_attention)  # (L, n)
+                    row.update(score_columns(name, scores, index, len(row["words"]), method.signed))
+                    row["seconds"] = {**(row.get("seconds") or {}), name: time.perf_counter() - started}
                 except Exception as err:  # recorded per row, the job goes on
                     row["error"] = f"{name} failed: {type(err).__name__}: {err}"
         return pa.Table.from_pylist(rows, schema=self.schema)

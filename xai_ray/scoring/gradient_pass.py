@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from xai_ray.config import resolve_target
 from xai_ray.methods.base import (
     ATTENTION_GRADIENTS,
@@ -61,37 +63,44 @@ class GradientPasses:
             return int(label), None
         return int(self.target), None
 
-    def capture(self, model_inputs: dict, targets: list[int]) -> tuple[list[dict], dict]:
+    def capture(self, model_inputs: dict, targets: list[int]) -> tuple[dict, dict]:
         """model_inputs: (R, N) tensors of one forward batch on the device (right padded);
-        targets: (R,) classes. Returns, per input, {need: array over its real tokens, plus
-        ``ig_delta`` and ``ig_completeness_error`` with integrated gradients}, and the seconds
-        each pass took (for the whole batch)."""
+        targets: (R,) classes. Returns the batch's captures, left on the device for the methods
+        ({need: (R, L, N, N) or (R, N) tensor}, plus ``ig_delta`` and ``ig_completeness_error``
+        (R,) arrays with integrated gradients), and the seconds each pass took (whole batch)."""
+        import torch
+
         from xai_ray.model.attention_gradients import attention_gradients
         from xai_ray.model.gradients import input_x_gradient, integrated_gradients
 
         mask = model_inputs["attention_mask"]
         lengths = mask.sum(dim=1).tolist()
-        captured: list[dict] = [{} for _ in lengths]
+        batch, n = mask.shape
+        device = mask.device
+        captured: dict = {}
+        if ATTENTION_GRADIENTS in self.needs:
+            layers = self.model.config.num_hidden_layers
+            captured[ATTENTION_GRADIENTS] = torch.zeros(batch, layers, n, n, dtype=torch.float32, device=device)
+        for need in {INPUT_GRADIENTS, INTEGRATED_GRADIENTS} & self.needs:
+            captured[need] = torch.zeros(batch, n, dtype=torch.float32, device=device)
+        if INTEGRATED_GRADIENTS in self.needs:
+            captured["ig_delta"], captured["ig_completeness_error"] = np.zeros(batch), np.zeros(batch)
         seconds: dict[str, float] = {}
         for rows in self._chunks(lengths):  # positions into the batch
             width = max(lengths[r] for r in rows)
             chunk = {k: v[rows, :width] for k, v in model_inputs.items()}  # padding beyond the chunk's longest cut
             chosen = [targets[r] for r in rows]
+            at = torch.as_tensor(rows, device=device)
             if ATTENTION_GRADIENTS in self.needs:
                 started = time.perf_counter()
                 _, weighted = attention_gradients(self.model, chunk, chosen)  # (P, L, W, W)
-                weighted = weighted.cpu().numpy()
-                for j, r in enumerate(rows):
-                    captured[r][ATTENTION_GRADIENTS] = weighted[j, :, : lengths[r], : lengths[r]]
-                key = seconds_key(ATTENTION_GRADIENTS)
-                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
+                captured[ATTENTION_GRADIENTS][at, :, :width, :width] = weighted.float()
+                _add(seconds, seconds_key(ATTENTION_GRADIENTS), started)
             if INPUT_GRADIENTS in self.needs:
                 started = time.perf_counter()
                 scores, _ = input_x_gradient(self.model, chunk["input_ids"], chunk["attention_mask"], chosen)
-                for j, r in enumerate(rows):
-                    captured[r][INPUT_GRADIENTS] = scores[j, : lengths[r]]
-                key = seconds_key(INPUT_GRADIENTS)
-                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
+                captured[INPUT_GRADIENTS][at, :width] = torch.from_numpy(scores).float().to(device)
+                _add(seconds, seconds_key(INPUT_GRADIENTS), started)
             if INTEGRATED_GRADIENTS in self.needs:
                 started = time.perf_counter()
                 found, f_input, f_baseline = integrated_gradients(
@@ -102,12 +111,11 @@ class GradientPasses:
                     self.ig_steps,
                     rows_per_pass=rows_per_backward(self.token_budget, width),
                 )
+                captured[INTEGRATED_GRADIENTS][at, :width] = torch.from_numpy(found).float().to(device)
                 for j, r in enumerate(rows):
-                    captured[r][INTEGRATED_GRADIENTS] = found[j, : lengths[r]]
-                    captured[r]["ig_delta"] = float(f_input[j] - f_baseline[j])
-                    captured[r]["ig_completeness_error"] = completeness_error(found[j], f_input[j], f_baseline[j])
-                key = seconds_key(INTEGRATED_GRADIENTS)
-                seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
+                    captured["ig_delta"][r] = float(f_input[j] - f_baseline[j])
+                    captured["ig_completeness_error"][r] = completeness_error(found[j], f_input[j], f_baseline[j])
+                _add(seconds, seconds_key(INTEGRATED_GRADIENTS), started)
         return captured, seconds
 
     def _chunks(self, lengths: list[int]) -> list[list[int]]:
@@ -121,30 +129,43 @@ class GradientPasses:
         return chunks
 
 
-def ig_summary(captured: list[dict]) -> dict:
-    """A review's integrated-gradients check from its inputs' captures (one, or its windows): the
-    input with the largest completeness error speaks for it; nulls without integrated gradients."""
-    found = [c for c in captured if "ig_completeness_error" in c]
-    if not found:
+def _add(seconds: dict, key: str, started: float) -> None:
+    seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
+
+
+def ig_summary(captured: dict, rows: list[int]) -> dict:
+    """A review's integrated-gradients check from its inputs' captures (batch rows ``rows``: one,
+    or its windows): the input with the largest completeness error speaks for it; nulls without
+    integrated gradients."""
+    if "ig_completeness_error" not in captured:
         return {"ig_delta": None, "ig_completeness_error": None}
-    worst = max(found, key=lambda c: c["ig_completeness_error"])
-    return {"ig_delta": worst["ig_delta"], "ig_completeness_error": worst["ig_completeness_error"]}
+    worst = max(rows, key=lambda r: captured["ig_completeness_error"][r])
+    return {
+        "ig_delta": float(captured["ig_delta"][worst]),
+        "ig_completeness_error": float(captured["ig_completeness_error"][worst]),
+    }
 
 
 def captures_for(passes: GradientPasses, model_inputs: dict, preds: list[int], labels: list) -> tuple:
-    """The gradient captures of one forward batch's inputs: (captured per input, target per input
-    (None where it cannot be had), why not per input (None when fine), seconds per input by pass).
-    Inputs without a target stay out of the passes; the scorer turns them into error rows."""
+    """The gradient captures of one forward batch's inputs: (captures of the whole batch, as
+    ``GradientPasses.capture``; target per input (None where it cannot be had); why not per input
+    (None when fine); seconds per input by pass). Inputs without a target stay out of the passes
+    (their captures are 0); the scorer turns them into error rows."""
     n = len(preds)
     if not passes:
-        return [{} for _ in range(n)], [None] * n, [None] * n, {}
+        return {}, [None] * n, [None] * n, {}
     found = [passes.target_of(pred, label) for pred, label in zip(preds, labels)]
     targets, problems = [t for t, _ in found], [p for _, p in found]
     ok = [r for r in range(n) if targets[r] is not None]
-    captured: list[dict] = [{} for _ in range(n)]
     if not ok:
-        return captured, targets, problems, {}
+        return {}, targets, problems, {}
+    if len(ok) == n:
+        captured, seconds = passes.capture(model_inputs, targets)
+        return captured, targets, problems, {key: value / n for key, value in seconds.items()}
     got, seconds = passes.capture({k: v[ok] for k, v in model_inputs.items()}, [targets[r] for r in ok])
-    for j, r in enumerate(ok):
-        captured[r] = got[j]
+    captured = {}
+    for key, value in got.items():  # back to the whole batch's rows
+        whole = value.new_zeros((n, *value.shape[1:])) if hasattr(value, "new_zeros") else np.zeros(n)
+        whole[ok] = value
+        captured[key] = whole
     return captured, targets, problems, {key: value / len(ok) for key, value in seconds.items()}

@@ -2,12 +2,12 @@
 
 A row holds the document's prediction, its tokens and words, and every method's per-layer scores
 flattened to L*n floats (``scores_<method>``, ``word_raw_<method>``, ``word_scores_<method>``).
-A row that cannot be scored carries an ``error`` instead.
+A row that cannot be scored carries an ``error`` instead. The scorer builds a batch's score
+columns from its padded (D, L, N) arrays at once (``score_arrays``) and the rest from a few
+values per document (``table_of``).
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pandas as pd
@@ -61,14 +61,10 @@ def row_schema(methods, with_attention: bool = False) -> pa.Schema:
     return pa.schema(ROW_FIELDS + per_method + extra + HEAD_FIELDS)
 
 
-def method_columns(name: str, method, attention: np.ndarray, index: np.ndarray, n_words: int) -> dict:
-    """One method's row columns for one document: token scores, word sums, renormalised words."""
-    return score_columns(name, method.attribute(attention), index, n_words)  # (L, n) scores
-
-
 def score_columns(name: str, scores: np.ndarray, index: np.ndarray, n_words: int, signed: bool = False) -> dict:
-    """A method's (L, n) token scores -> its row columns: token scores, word sums, renormalised
-    words (``signed`` methods: absolute values sum to 1)."""
+    """One document's (L, n) token scores -> its method's row columns: token scores, word sums,
+    renormalised words (``signed`` methods: absolute values sum to 1). For the CPU stage after a
+    GPU actor (``deferred``), which adds a host method to rows one at a time."""
     word_raw = merge_scores(scores, index, n_words)  # (L, W)
     return {
         f"scores_{name}": scores.astype(np.float32).ravel(),
@@ -77,24 +73,39 @@ def score_columns(name: str, scores: np.ndarray, index: np.ndarray, n_words: int
     }
 
 
-def explained_columns(name: str, method, captured: dict, n_layers: int, index, n_words: int, seconds: dict) -> dict:
-    """A method's row columns from a document's captures (``Method.explain``), its seconds added
-    to ``seconds[name]``."""
-    started = time.perf_counter()
-    columns = score_columns(name, method.explain(captured, n_layers), index, n_words, method.signed)
-    seconds[name] = time.perf_counter() - started
-    return columns
+def ragged(values, widths: np.ndarray) -> pa.ListArray:
+    """(D, L, M) per-document blocks padded to M (torch or numpy) -> one list<float32> per
+    document holding its (L, width) block row-major, as a row stores a method's scores. One
+    float32 copy off the device and one boolean gather: no Python object per score."""
+    values = values.float().cpu().numpy() if hasattr(values, "detach") else np.asarray(values, dtype=np.float32)
+    n_docs, n_layers, width = values.shape
+    keep = np.arange(width)[None, None, :] < np.asarray(widths)[:, None, None]  # (D, 1, M)
+    flat = values[np.broadcast_to(keep, values.shape)]  # document, then layer, then position
+    offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(np.asarray(widths, dtype=np.int64) * n_layers, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat, type=pa.float32()))
 
 
-def timed_method_columns(name, method, attention, index, n_words, seconds: dict) -> dict:
-    """``method_columns``, adding the seconds it took to ``seconds[name]`` (for the manifest)."""
-    started = time.perf_counter()
-    columns = method_columns(name, method, attention, index, n_words)
-    seconds[name] = time.perf_counter() - started
-    return columns
+def score_arrays(name: str, tokens, word_raw, word_scores, n_tokens: np.ndarray, n_words: np.ndarray) -> dict:
+    """A method's three columns for a batch of D documents from its (D, L, N) token scores and
+    (D, L, W) word sums and renormalised words (``words.merge_batch``)."""
+    return {
+        f"scores_{name}": ragged(tokens, n_tokens),
+        f"word_raw_{name}": ragged(word_raw, n_words),
+        f"word_scores_{name}": ragged(word_scores, n_words),
+    }
 
 
-def document_row(
+def table_of(schema: pa.Schema, meta: list[dict], columns: dict) -> pa.Table:
+    """The batch's table: the score columns as built (``score_arrays``), every other column from
+    the documents' ``meta`` (a few values per document; absent keys are null)."""
+    arrays = [
+        columns[f.name] if f.name in columns else pa.array([m.get(f.name) for m in meta], type=f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def review_meta(
     *,
     doc_id,
     text: str,
@@ -109,7 +120,7 @@ def document_row(
     fingerprint: str,
     forward_s: float,
 ) -> dict:
-    """The columns of a scored document before its methods' scores: prediction, tokens, words
+    """The columns of a scored document besides its methods' scores: prediction, tokens, words
     (cut from the text by the tokenizer's offsets, contractions joined back)."""
     spans = word_spans(index, n_words, offsets)
     words = [text[s:e].strip() if s is not None else "" for s, e in spans]
@@ -119,12 +130,12 @@ def document_row(
         "text": text,
         "label": label,
         "pred": int(probs.argmax()),
-        "probs": probs.tolist(),
+        "probs": probs,
         "n_tokens": len(tokens),
         "n_layers": n_layers,
         "truncated": truncated,
         "tokens": tokens,
-        "word_index": index.tolist(),
+        "word_index": index,
         "words": words,
         "word_span": word_span,
         "word_joined": word_joined,

@@ -108,6 +108,9 @@ def plan(tokenizer, text: str, max_length: int, mode: str, stride: int | None = 
         kept = list(range(h0, h1)) + list(range(t0, t1))
         return Segments(ids, offsets, word_ids, ranges, kept, [0] * len(kept), inputs, [before], True)
     inputs = [prefix + ids[s:e] + suffix for s, e in ranges]
+    if len(ranges) == 1:  # the head, or a review that fits: every position from the one window
+        kept = list(range(*ranges[0]))
+        return Segments(ids, offsets, word_ids, ranges, kept, [0] * len(kept), inputs, [before], len(kept) < n)
     kept = sorted({p for s, e in ranges for p in range(s, e)})
     source = choose_windows(kept, word_ids, ranges)
     truncated = len(kept) < n
@@ -141,33 +144,32 @@ def choose_windows(kept: list[int], word_ids: list, ranges: list[tuple[int, int]
     return [source[p] for p in kept]
 
 
-def merge(seg: Segments, window_scores: list[np.ndarray], special_before: int) -> np.ndarray:
-    """Per-window (L, n_w) token scores -> (L, n) scores of the merged document's tokens:
-    the special prefix, the kept content tokens, the special suffix (the rule in the module doc)."""
-    n_windows = len(window_scores)
-    first = window_scores[0]
-    suffix = first.shape[1] - special_before - _content_len(seg, 0)
-    prefix_scores = np.mean([w[:, :special_before] for w in window_scores], axis=0)  # (L, before)
-    suffix_scores = np.mean([w[:, w.shape[1] - suffix :] for w in window_scores], axis=0)  # (L, after)
-    content = np.empty((first.shape[0], len(seg.kept)), dtype=np.float64)  # (L, kept)
-    position_in = [dict() for _ in range(n_windows)]
-    for w in range(n_windows):
-        for i, p in enumerate(_content_positions(seg, w)):
-            position_in[w][p] = seg.content_at[w] + i
-    for j, (p, w) in enumerate(zip(seg.kept, seg.source)):
-        content[:, j] = window_scores[w][:, position_in[w][p]]
-    return np.concatenate([prefix_scores, content, suffix_scores], axis=1)
-
-
-def _content_positions(seg: Segments, w: int) -> list[int]:
-    if len(seg.inputs) == 1 and len(seg.windows) == 2:  # head_tail: one input, two ranges
-        return list(seg.kept)
-    s, e = seg.windows[w]
-    return list(range(s, e))
-
-
-def _content_len(seg: Segments, w: int) -> int:
-    return len(_content_positions(seg, w))
+def merge_index(seg: Segments, special_before: int, special_after: int) -> tuple[np.ndarray, ...]:
+    """Where each merged position's score comes from, by the rule in the module doc: arrays
+    (window, position in its input, merged position, weight) over every source. A review of one
+    model input is the identity (weight 1); the special tokens of several windows take each
+    window's score at weight 1 / windows (their mean); a content token takes its chosen window's."""
+    lengths = [len(x) for x in seg.inputs]
+    n_merged = special_before + len(seg.kept) + special_after
+    if len(seg.inputs) == 1:
+        positions = np.arange(lengths[0])
+        return np.zeros_like(positions), positions, positions, np.ones(lengths[0])
+    n_windows = len(seg.inputs)
+    windows, positions, merged, weights = [], [], [], []
+    for w, length in enumerate(lengths):  # specials: the mean over windows
+        ends = np.arange(length - special_after, length)
+        positions.append(np.concatenate([np.arange(special_before), ends]))
+        merged.append(np.concatenate([np.arange(special_before), np.arange(n_merged - special_after, n_merged)]))
+        windows.append(np.full(special_before + special_after, w))
+        weights.append(np.full(special_before + special_after, 1.0 / n_windows))
+    source = np.asarray(seg.source, dtype=np.int64)  # (kept,)
+    starts = np.asarray([seg.windows[w][0] for w in range(n_windows)])[source]
+    content_at = np.asarray(seg.content_at)[source]
+    windows.append(source)
+    positions.append(content_at + np.asarray(seg.kept) - starts)
+    merged.append(special_before + np.arange(len(seg.kept)))
+    weights.append(np.ones(len(seg.kept)))
+    return tuple(np.concatenate(x) for x in (windows, positions, merged, weights))
 
 
 def merged_layout(seg: Segments, special_before: int, special_after: int) -> tuple[list, list, list]:
@@ -177,3 +179,74 @@ def merged_layout(seg: Segments, special_before: int, special_after: int) -> tup
     first = seg.inputs[0]
     ids = first[:special_before] + [seg.ids[p] for p in seg.kept] + first[len(first) - special_after :]
     return word_ids, offsets, ids
+
+
+@dataclass
+class MergedBatch:
+    """The reviews of one forward batch as merged documents: their layout, and how the (R, L, N)
+    scores of the batch's model inputs become the (D, L, Nm) scores of its D reviews."""
+
+    token_ids: list[list[int]]  # per review: its merged input ids
+    offsets: list[list]  # per review: each token's character span
+    indexes: list[np.ndarray]  # per review: word index per token (-1: special token)
+    n_tokens: np.ndarray  # (D,)
+    n_words: np.ndarray  # (D,)
+    rows: list[int]  # the batch row of each review's first input
+    gather: tuple | None  # (batch row, position, flat target, weight) per source, (S,) each; None: one input each
+
+    @property
+    def n_words_max(self) -> int:
+        return int(self.n_words.max()) if len(self.n_words) else 0
+
+    @classmethod
+    def of(cls, plans: list[Segments], windows_of: list[list[int]], tokenizer) -> MergedBatch:
+        """plans: the D reviews' cuts; windows_of: the batch rows of each review's inputs, in order."""
+        from xai_ray.words import word_index
+
+        before, after = special_layout(tokenizer)
+        ids, offsets, indexes, n_words = [], [], [], []
+        for seg in plans:
+            word_ids, spans, token_ids = merged_layout(seg, before, after)
+            index, count = word_index(word_ids)
+            ids.append(token_ids)
+            offsets.append(spans)
+            indexes.append(index)
+            n_words.append(count)
+        n_tokens = np.asarray([len(x) for x in ids], dtype=np.int64)
+        gather = None
+        if any(len(rows) > 1 for rows in windows_of):
+            parts = []
+            for d, (seg, rows) in enumerate(zip(plans, windows_of)):
+                window, position, merged, weight = merge_index(seg, before, after)
+                parts.append((np.asarray(rows)[window], position, d * n_tokens.max() + merged, weight))
+            gather = tuple(np.concatenate(x) for x in zip(*parts))
+        first = [rows[0] for rows in windows_of]
+        return cls(ids, offsets, indexes, n_tokens, np.asarray(n_words, dtype=np.int64), first, gather)
+
+    def scores(self, window_scores):
+        """(R, L, N) scores of the batch's inputs -> (D, L, Nm) scores of its reviews (torch, on
+        their device): the inputs' rows themselves when every review is one input, else the
+        weighted sum of each merged position's sources (``merge_index``)."""
+        import torch
+
+        rows = torch.as_tensor(self.rows, device=window_scores.device)
+        width = int(self.n_tokens.max())
+        if self.gather is None:
+            return window_scores[rows][..., :width]
+        source_rows, positions, targets, weights = self.gather
+        batch, n_layers, n = window_scores.shape
+        flat = window_scores.transpose(1, 2).reshape(batch * n, n_layers)  # (R * N, L)
+        picked = flat[torch.as_tensor(source_rows * n + positions, device=flat.device)]  # (S, L)
+        weights = torch.as_tensor(weights, dtype=flat.dtype, device=flat.device)
+        out = torch.zeros(len(self.rows) * width, n_layers, dtype=flat.dtype, device=flat.device)
+        out.index_add_(0, torch.as_tensor(targets, device=flat.device), picked * weights[:, None])
+        return out.reshape(len(self.rows), width, n_layers).transpose(1, 2)  # (D, L, Nm)
+
+    def word_index(self, device):
+        """(D, Nm) word index of every merged token, -1 for special tokens and padding (torch)."""
+        import torch
+
+        out = np.full((len(self.indexes), int(self.n_tokens.max())), -1, dtype=np.int64)
+        for d, index in enumerate(self.indexes):
+            out[d, : len(index)] = index
+        return torch.from_numpy(out).to(device)
