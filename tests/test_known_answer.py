@@ -69,7 +69,8 @@ def test_top_tokens_push_toward_the_explained_class(method, target):
     passes = GradientPasses(model, {method: chosen}, target, {0: "neg", 1: "pos"}, ig_steps=16, token_budget=4096)
     inputs = {"input_ids": torch.tensor([DOCUMENT]), "attention_mask": torch.ones(1, len(DOCUMENT), dtype=torch.long)}
     captured, _ = passes.capture(inputs, [target])
-    scores = chosen.explain(captured[0], n_layers=3)[-1]  # (n,): stored under the last layer
+    one = {need: values[0] for need, values in captured.items()}  # the batch's first (only) review
+    scores = chosen.explain(one, n_layers=3)[-1]  # (n,): stored under the last layer
     pushing = POSITIVE if target == 1 else NEGATIVE
     top = [DOCUMENT[j] for j in np.argsort(-scores, kind="stable")[: len(pushing)]]
     assert sorted(top) == sorted(pushing), (method, target, scores)
@@ -84,5 +85,5 @@ def test_integrated_gradients_is_complete_on_a_smooth_path():
     passes = GradientPasses(model, {"integrated_gradients": chosen}, 1, {0: "neg", 1: "pos"}, 8, 4096)
     inputs = {"input_ids": torch.tensor([DOCUMENT]), "attention_mask": torch.ones(1, len(DOCUMENT), dtype=torch.long)}
     captured, _ = passes.capture(inputs, [1])
-    assert captured[0]["ig_delta"] > 0.4  # far from trivial: log sigmoid(1.2) - log(1/2) = 0.43
-    assert captured[0]["ig_completeness_error"] < 1e-5
+    assert captured["ig_delta"][0] > 0.4  # far from trivial: log sigmoid(1.2) - log(1/2) = 0.43
+    assert captured["ig_completeness_error"][0] < 1e-5

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -28,7 +29,8 @@ def rows(scorer_factory):
     """Real scorer rows of the tiny BERT: five documents and one error row, rollout from layer 2."""
     scorer = scorer_factory("bert", start_layer=2)
     ids = [f"d{i}" for i in range(len(TEXTS))]
-    return scorer({"doc_id": ids, "text": TEXTS, "label": [0, 1, None, 1, 0, 1]})
+    scored = scorer({"doc_id": ids, "text": TEXTS, "label": [0, 1, None, 1, 0, 1]})
+    return scored.take(pc.sort_indices(scored, [("doc_id", "ascending")]))  # d0..d5, whatever the batch order
 
 
 def expected(rows: pa.Table) -> dict[str, list[tuple]]:

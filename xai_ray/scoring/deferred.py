@@ -57,7 +57,8 @@ class DeferredMethods:
                     started = time.perf_counter()
                     scores = method.attribute(doc_attention)  # (L, n)
                     row.update(score_columns(name, scores, index, len(row["words"]), method.signed))
-                    row["seconds"] = {**(row.get("seconds") or {}), name: time.perf_counter() - started}
+                    seconds = dict(row.get("seconds") or ())  # a map column reads back as (key, value) pairs
+                    row["seconds"] = {**seconds, name: time.perf_counter() - started}
                 except Exception as err:  # recorded per row, the job goes on
                     row["error"] = f"{name} failed: {type(err).__name__}: {err}"
         return pa.Table.from_pylist(rows, schema=self.schema)
