@@ -224,7 +224,7 @@ def test_a_three_class_run_end_to_end(ray_cluster, tmp_path, tiny_model_factory)
     page = (store / "runs" / "run_id=k3" / "report.html").read_text()
     assert "<section id='summary'>" in page and "<section id='contrast'>" not in page
     assert all(f"Mean P({name})" in page for name in THREE_CLASSES.values())
-    assert "<section id='faithfulness'>" in page and "comprehensiveness AOPC [95% CI]" in page
+    assert "<section id='faithfulness'>" in page and "comprehensiveness AOPC [95% t interval]" in page
     spec = api.confusion_chart(str(store), "k3").to_dict()
     cells = {(row["true"], row["predicted"]): row["documents"] for row in next(iter(spec["datasets"].values()))}
     counted = pd.crosstab(docs.label, docs.pred)
