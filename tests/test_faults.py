@@ -180,7 +180,7 @@ def test_large_row_groups_survive_parts(tmp_path, batches):
     for batch in batches:
         writer.write(batch)
     target = writer.publish({"created_at": "x"})
-    files = list((target / "tokens").rglob("*.parquet"))
+    files = list((target / "token_scores").rglob("*.parquet"))
     assert files and all(pq.ParquetFile(f).metadata.num_row_groups == 1 for f in files)
 
 

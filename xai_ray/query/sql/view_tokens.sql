@@ -1,6 +1,7 @@
--- tokens: one row per run, document, method, layer and token position. In store layout 2 a part
--- keeps each token once with a float column per method and layer; this is one method and layer
--- (score:@slice@), and the view is the union of every slice's select (query.views).
+-- tokens: one row per run, document, method, layer and token position. Stored once per token
+-- with a float column per method and layer (store layout 2), so a query over one method and layer
+-- reads the token columns and that one float column.
+-- (This file is one method and layer's select, filled in for each by query.views.)
 select
     doc_id,
     position,

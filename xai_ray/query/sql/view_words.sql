@@ -1,7 +1,7 @@
--- words: one row per run, document, method, layer and word (special tokens excluded). In store
--- layout 2 a part keeps each word once with a share and a raw column per method and layer; this
--- is one method and layer, and the view is the union of every slice's select (query.views).
--- lift = share x the unit's weight, in double then rounded to float, as layout 1 stored it.
+-- words: one row per run, document, method, layer and word (special tokens excluded). Stored
+-- once per word with a share and a raw float column per method and layer (store layout 2); lift is
+-- the share x the word's unit weight, in double then rounded to float, as layout 1 stored it.
+-- (This file is one method and layer's select, filled in for each by query.views.)
 select
     doc_id,
     word_id,
