@@ -1,6 +1,6 @@
 """Store layout 2 against layout 1: write cost per core, size per review and ad-hoc SQL, in one run.
 
-    python bench/store_layout.py [--docs 2000] [--layers 6] [--methods raw,rollout] [--repeats 5]
+    python bench/store_layout.py [--docs 2000] [--layers 6] [--methods raw,rollout] [--repeats 5] [--minilm]
 
 The same synthetic scorer rows (MiniLM's shape by default: 6 layers, raw + rollout, 512 tokens,
 ~400 words a review from a Zipf vocabulary; scores drawn from a gamma and normalised per review and
@@ -12,6 +12,8 @@ method x layer), side by side in one store, on one core (no Ray: the work one wr
   - size: tokens + words + docs on disk, plus the aggregate stage's kept word totals, per review;
   - queries: the views over each run (median of --repeats, alternating): a token and a word
     aggregate over one method and layer, a per-review lookup, a join of docs with words.
+With ``--minilm`` the rows are the first --docs IMDB reviews scored by MiniLM (raw + rollout,
+512 tokens at most) instead: the sizes are then those of real reviews and real scores.
 The views are checked to return the same rows for both runs. Ends with one line:
 ``store: write BEFORE -> AFTER reviews/s per core (RATIOx); encode floor ...; store BEFORE -> AFTER KB/review``.
 """
@@ -95,6 +97,26 @@ def block(n_docs: int, first: int, methods: list[str], layers: int, rng) -> pa.T
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def scored(n_docs: int) -> list[pa.Table]:
+    """The first ``n_docs`` IMDB reviews scored by MiniLM (raw + rollout), 16 a batch."""
+    from xai_ray.scoring.actor import Scorer
+
+    imdb = next(
+        p / "shared/data/imdb/train.parquet" for p in Path(__file__).resolve().parents if (p / "shared").is_dir()
+    )
+    corpus = pq.read_table(imdb).slice(0, n_docs).to_pydict()
+    scorer = Scorer({"model": "minilm", "max_length": 512, "methods": ["raw", "rollout"]})
+    return [
+        scorer(
+            {
+                key: corpus[column][k : k + 16]
+                for key, column in (("doc_id", "id"), ("text", "text"), ("label", "label"))
+            }
+        )
+        for k in range(0, n_docs, 16)
+    ]
+
+
 def encode_seconds(blocks: list[pa.Table], methods: list[str], version: int, docs_per_part: int) -> float:
     """Build the tables of ``blocks`` and encode them as Parquet in memory, parts as the writers'."""
     rows = pa.concat_tables(blocks)
@@ -127,10 +149,15 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--methods", default="raw,rollout")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--minilm", action="store_true", help="score IMDB reviews with MiniLM instead")
     args = parser.parse_args()
     methods = args.methods.split(",")
-    rng = np.random.default_rng(0)
-    blocks = [block(min(BLOCK, args.docs - f), f, methods, args.layers, rng) for f in range(0, args.docs, BLOCK)]
+    if args.minilm:
+        methods, args.layers = ["raw", "rollout"], 6
+        blocks = scored(args.docs)
+    else:
+        rng = np.random.default_rng(0)
+        blocks = [block(min(BLOCK, args.docs - f), f, methods, args.layers, rng) for f in range(0, args.docs, BLOCK)]
     n = args.docs
     per_part = max(1, ROW_GROUP_ROWS // TOKENS)  # pipeline.writing.docs_per_part at the default part_rows
     with tempfile.TemporaryDirectory(prefix="xai-layout-") as tmp:
@@ -158,7 +185,8 @@ def main() -> None:
                     bound = {k: x for k, x in {**params, "run": f"layout{v}"}.items() if f"${k}" in sql}
                     con.execute(sql, bound).fetchall()
                     times.setdefault((name, v), []).append(time.perf_counter() - started)
-    print(f"{n} reviews x {len(methods)} methods x {args.layers} layers, {TOKENS} tokens, {WORDS} words; one core")
+    shape = "IMDB reviews scored by MiniLM" if args.minilm else f"synthetic reviews of {TOKENS} tokens, {WORDS} words"
+    print(f"{n} {shape}, {len(methods)} methods x {args.layers} layers; one core")
     print(f"{'':28}{'layout 1':>12}{'layout 2':>12}{'ratio':>9}")
     print(f"{'encode (reviews/s)':28}{n / encode[1]:12.0f}{n / encode[2]:12.0f}{encode[1] / encode[2]:8.1f}x")
     print(f"{'write (reviews/s)':28}{n / write[1]:12.0f}{n / write[2]:12.0f}{write[1] / write[2]:8.1f}x")
