@@ -73,6 +73,16 @@ def folder_files(root: Path, runs: dict[Path, dict], folder: str) -> list[str]:
     )
 
 
+def manifest_slices(manifest: dict) -> list[tuple[str, int]]:
+    """The (method, layer) slices a run may hold: its manifest's ``slices`` (layout 2), else every
+    method x layer of its model (layout 1; a slice the method leaves out simply has no rows)."""
+    if manifest.get("slices"):
+        return [(name.split(":")[0], int(name.split(":")[1])) for name in manifest["slices"]]
+    layers = int((manifest.get("model") or {}).get("n_layers") or 0)
+    methods = (manifest.get("config") or {}).get("methods") or []
+    return [(method, layer) for method in methods for layer in range(1, layers + 1)]
+
+
 def _order(name: str) -> tuple[str, int]:
     method, layer = name.split(":")
     return method, int(layer)
