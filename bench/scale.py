@@ -132,11 +132,12 @@ def write_after(blocks: list[pa.Table], store: Path, writers: int) -> tuple[floa
     return time.perf_counter() - started, dict(writer.counts)
 
 
-def encode_only(blocks: list[pa.Table]) -> float:
+def encode_only(blocks: list[pa.Table], layout: int) -> float:
     """Seconds to build the store tables of ``blocks`` and encode them as Parquet in memory, in this
     process on one core (the writer's options, no files, no fsync, no Ray), in parts of as many
     documents as the Ray writers' (``docs_per_part``): the floor under any write path that keeps
-    this store format, measured on the same rows."""
+    store ``layout`` (1: before issue 25, a table per method x layer; 2: a column per method x
+    layer), measured on the same rows."""
     import io
 
     import pyarrow.parquet as pq
@@ -144,14 +145,14 @@ def encode_only(blocks: list[pa.Table]) -> float:
     from xai_ray.config import RunConfig
     from xai_ray.pipeline.writing import docs_per_part
     from xai_ray.store.parts import ROW_GROUP_ROWS
-    from xai_ray.store.tables import PARQUET_OPTIONS, part_tables
+    from xai_ray.store.tables import parquet_options, part_tables
 
     rows = pa.concat_tables(blocks)
     size = docs_per_part(RunConfig(methods=tuple(METHODS), max_length=TOKENS))
     started = time.perf_counter()
     for first in range(0, rows.num_rows, size):
-        for table in part_tables(rows.slice(first, size), METHODS).merged().values():
-            pq.write_table(table, io.BytesIO(), row_group_size=ROW_GROUP_ROWS, **PARQUET_OPTIONS)
+        for table in part_tables(rows.slice(first, size), METHODS, layout=layout).merged().values():
+            pq.write_table(table, io.BytesIO(), row_group_size=ROW_GROUP_ROWS, **parquet_options(table))
     return time.perf_counter() - started
 
 
@@ -239,7 +240,8 @@ def measure_writes(n_docs: int, cores: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="xai-scale-") as tmp:
         store = Path(tmp) / "store"
         before_s, before_counts = write_before(blocks, store)
-        encode_s = encode_only(blocks)
+        floor_s = encode_only(blocks, 1)  # today's floor: layout 1
+        encode_s = encode_only(blocks, 2)
         ensure_ray()
         write_after(blocks[:2], Path(tmp) / "warm", cores)  # untimed: the writers' processes import once
         after1_s, _ = write_after(blocks, store / "_one", 1)
@@ -257,11 +259,11 @@ def measure_writes(n_docs: int, cores: int) -> tuple[float, float]:
     print(f"    after, 1 Ray writer:                   {after_one:8.1f} docs/s  ({after1_s:.1f} s)")
     print(f"    after, {cores} Ray writers:                  {after:8.1f} docs/s  ({aftern_s:.1f} s)")
     print(f"    same documents and rows in both: {checked['before']}; counts {after_counts}")
-    floor = n / encode_s
+    floor, floor_v2 = n / floor_s, n / encode_s
     print(
         f"    floor: building the tables and encoding them as Parquet in memory, one core, no Ray, parts as the"
-        f" writers': {floor:.1f} docs/s;"
-        f" {10 * before:.0f} docs/s (10x before) needs {10 * before / floor:.1f} cores of encoding alone"
+        f" writers': layout 1 {floor:.1f} docs/s, layout 2 {floor_v2:.1f} docs/s ({floor_v2 / floor:.1f}x);"
+        f" after, 1 Ray writer (files, fsync, records) / layout 1's floor: {after_one / floor:.1f}x"
     )
     return before, after
 

@@ -9,7 +9,9 @@ per review, 6 layers x 2 methods) and runs the aggregate stage's `keep_word_tota
       path of nightly unions and of --by label|correct),
   (c) opening the store (views, sandbox) alone,
   (d) the old statistic (mean share over occurrences, one group-by over that file).
-Prints seconds and the ratios b/a and d/a. Usage: python bench/topk.py [--docs 25000] [--store DIR]
+Each in store layout 1 (a words file per method x layer) and layout 2 (one file, a column per
+method x layer), the same rows in both; prints seconds for both, layout 2 / layout 1, and the
+ratios b/a and d/a. Usage: python bench/topk.py [--docs 25000] [--store DIR]
 """
 
 from __future__ import annotations
@@ -30,13 +32,17 @@ from xai_ray.query.top_words import keep_word_totals, topk
 from xai_ray.query.wordstats import default_min_docs, query_params
 from xai_ray.store import layout, schemas
 from xai_ray.store.layout import aggregate_file
+from xai_ray.store.schemas import slice_column
+from xai_ray.store.tables import parquet_options
 from xai_ray.store.writer import ROW_GROUP_ROWS
 
 METHODS = ("raw", "rollout")
 LAYERS = 6
 
 
-def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0) -> int:
+def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0, store_layout: int = 2) -> int:
+    """A run of ``n_docs`` reviews in store ``store_layout`` (1: a words file per method x layer; 2: one
+    file, a share and a raw column per method x layer), the same rows for both (same ``seed``)."""
     rng = np.random.default_rng(seed)
     run = layout.run_dir(store, "bench")
     lengths = rng.integers(words_per_doc // 4, words_per_doc * 7 // 4, size=n_docs)  # (D,)
@@ -46,28 +52,33 @@ def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0) -> int:
     doc_ids = np.repeat(np.array([f"train_{i}" for i in range(n_docs)]), lengths)
     positions = np.concatenate([np.arange(n, dtype=np.int32) for n in lengths])
     words = pa.array(vocab[word_ids])
+    unit = {name: words for name in ("word", "joined")}
+    columns = {"doc_id": pa.array(doc_ids), "word_id": pa.array(positions), **unit, "span_id": pa.array(positions)}
+    weight = np.repeat(lengths, lengths).astype(np.float64)  # every word its own unit: lift = share x words
+    wide = {**columns, "unit_weight": pa.array(weight)}
     for method in METHODS:
         for layer in range(1, LAYERS + 1):
             raw = rng.random(total, dtype=np.float32)  # (total,)
             sums = np.bincount(np.repeat(np.arange(n_docs), lengths), weights=raw)
             score = raw / np.repeat(sums, lengths).astype(np.float32)
+            wide[slice_column("score", method, layer)] = pa.array(score)
+            wide[slice_column("raw_score", method, layer)] = pa.array(raw)
+            if store_layout == 2:
+                continue
             folder = run / "words" / f"method={method}" / f"layer={layer}"
             folder.mkdir(parents=True)
-            lift = score * np.repeat(lengths, lengths).astype(np.float32)
+            lift = (score.astype(np.float64) * weight).astype(np.float32)
             table = pa.Table.from_arrays(
-                [
-                    pa.array(doc_ids),
-                    pa.array(positions),
-                    words,
-                    pa.array(score),
-                    pa.array(raw),
-                    pa.array(lift),
-                    pa.array(positions),
-                    words,
-                ],
+                [columns["doc_id"], columns["word_id"], words, pa.array(score), pa.array(raw), pa.array(lift)]
+                + [columns["span_id"], words],
                 schema=schemas.WORDS,
             )
             pq.write_table(table, folder / "part-0.parquet", compression="zstd", row_group_size=ROW_GROUP_ROWS)
+    if store_layout == 2:
+        (run / "word_scores").mkdir(parents=True)
+        table = pa.table(wide)
+        options = parquet_options(table)
+        pq.write_table(table, run / "word_scores" / "part-0.parquet", row_group_size=ROW_GROUP_ROWS, **options)
     docs = pa.table(
         {
             "doc_id": [f"train_{i}" for i in range(n_docs)],
@@ -93,6 +104,8 @@ def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0) -> int:
         "model": {"n_layers": LAYERS},
         "counts": {"docs": n_docs, "words": total * 12},
     }
+    if store_layout == 2:
+        manifest.update(store_layout=2, slices=[f"{m}:{layer}" for m in METHODS for layer in range(1, LAYERS + 1)])
     (run / "manifest.json").write_text(json.dumps(manifest))
     return total
 
@@ -113,47 +126,59 @@ def timed(fn, repeats: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
+def measure(store: Path, args, store_layout: int) -> dict[str, float]:
+    """Build (or reuse) the store of ``store_layout`` and time (a)-(d) on it."""
+    if not layout.run_dir(store, "bench").exists():
+        start = time.perf_counter()
+        total = build(store, args.docs, args.words_per_doc, store_layout=store_layout)
+        print(f"built layout-{store_layout} store: {args.docs} docs, {total * 12:,} word rows in "
+              f"{time.perf_counter() - start:.1f}s")  # fmt: skip
+    if not aggregate_file(store, "bench", "word_totals").is_file():
+        start = time.perf_counter()
+        keep_word_totals(store, "bench")
+        print(f"aggregate stage, once per run (keep_word_totals): {time.perf_counter() - start:.1f}s")
+    open_s, con = timed(lambda: open_store(store), args.repeats)
+    kept_s, top = timed(lambda: topk(con, "bench", "rollout", LAYERS, k=20), args.repeats)
+    params = {
+        "run_id": "bench",
+        "method": "rollout",
+        "layer": LAYERS,
+        "k": 20,
+        **query_params("lift", default_min_docs(args.docs), 1, None),
+    }
+    scan_s, scanned = timed(lambda: run_named(con, "topk", **params), args.repeats)
+    assert top.word.tolist() == scanned.word.tolist(), "kept totals and the scan disagree"
+    old = {"run_id": "bench", "method": "rollout", "layer": LAYERS, "min_count": 5, "k": 20}
+    old_s, _ = timed(lambda: con.execute(OLD_STATISTIC, old).df(), args.repeats)
+    return {"c": open_s, "a": kept_s, "b": scan_s, "d": old_s, "top": top.word.tolist()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=25_000)
     parser.add_argument("--words-per-doc", type=int, default=230)
-    parser.add_argument("--store", help="reuse or create the synthetic store here (default: a temp folder)")
+    parser.add_argument("--store", help="reuse or create the synthetic stores here (default: a temp folder)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        store = Path(args.store or scratch)
-        if not layout.run_dir(store, "bench").exists():
-            start = time.perf_counter()
-            total = build(store, args.docs, args.words_per_doc)
-            print(f"built store: {args.docs} docs, {total * 12:,} word rows in {time.perf_counter() - start:.1f}s")
-        if not aggregate_file(store, "bench", "word_totals").is_file():
-            start = time.perf_counter()
-            keep_word_totals(store, "bench")
-            print(f"aggregate stage, once per run (keep_word_totals): {time.perf_counter() - start:.1f}s")
-        open_s, con = timed(lambda: open_store(store), args.repeats)
-        kept_s, top = timed(lambda: topk(con, "bench", "rollout", LAYERS, k=20), args.repeats)
-        min_docs = default_min_docs(args.docs)
-        params = {
-            "run_id": "bench",
-            "method": "rollout",
-            "layer": LAYERS,
-            "k": 20,
-            **query_params("lift", min_docs, 1, None),
-        }
-        scan_s, scanned = timed(lambda: run_named(con, "topk", **params), args.repeats)
-        assert top.word.tolist() == scanned.word.tolist(), "kept totals and the scan disagree"
-        old = {"run_id": "bench", "method": "rollout", "layer": LAYERS, "min_count": 5, "k": 20}
-        old_s, _ = timed(lambda: con.execute(OLD_STATISTIC, old).df(), args.repeats)
-        print(f"{'variant':<52}{'median s':>10}")
-        print(f"{'(c) open store (views + sandbox)':<52}{open_s:>10.3f}")
-        print(f"{'(a) topk, from the kept word totals':<52}{kept_s:>10.3f}")
-        print(f"{'(b) same answer from every occurrence (topk.sql)':<52}{scan_s:>10.3f}")
-        print(f"{'(d) old statistic (mean share, one group-by)':<52}{old_s:>10.3f}")
-        print(
-            f"default minimum documents for {args.docs} reviews: {min_docs}; ratios b/a {scan_s / kept_s:.0f}x, "
-            f"d/a {old_s / kept_s:.0f}x; a+c = {open_s + kept_s:.3f}s "
-            f"({'under' if open_s + kept_s < 1 else 'OVER'} the 1 s target)"
-        )
+        root = Path(args.store or scratch)
+        got = {v: measure(root / f"layout{v}", args, v) for v in (1, 2)}
+    assert got[1]["top"] == got[2]["top"], "the two layouts disagree"
+    rows = [
+        ("c", "(c) open store (views + sandbox)"),
+        ("a", "(a) topk, from the kept word totals"),
+        ("b", "(b) same answer from every occurrence (topk.sql)"),
+        ("d", "(d) old statistic (mean share, one group-by)"),
+    ]
+    print(f"{'variant (median s)':<52}{'layout 1':>10}{'layout 2':>10}{'2 / 1':>8}")
+    for key, name in rows:
+        print(f"{name:<52}{got[1][key]:>10.3f}{got[2][key]:>10.3f}{got[2][key] / got[1][key]:>7.2f}x")
+    new = got[2]
+    print(
+        f"default minimum documents for {args.docs} reviews: {default_min_docs(args.docs)}; layout 2 ratios "
+        f"b/a {new['b'] / new['a']:.0f}x, d/a {new['d'] / new['a']:.0f}x; a+c = {new['c'] + new['a']:.3f}s "
+        f"({'under' if new['c'] + new['a'] < 1 else 'OVER'} the 1 s target)"
+    )
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def views_page() -> str:
             elif name == "word_totals":
                 about = _sql_comment("word_totals") + " Written only by runs that kept their word totals."
                 source = "xai_ray/query/sql/view_word_totals.sql` over `xai_ray/query/sql/word_totals.sql"
-                query = con.sql(sql_text("word_totals"), params={"run_id": ""})
+                query = con.sql(sql_text("word_totals"), params={"run_id": "", "method": "", "layer": 0})
                 rows = [*zip(query.columns, [str(t) for t in query.types]), ("run_id", "VARCHAR")]
             else:
                 about = _sql_comment(f"view_{name}")

@@ -99,7 +99,8 @@ def test_a_writer_killed_at_every_rename_resumes_to_exactly_once(tmp_path, batch
         clean.write(batch)
     clean.publish({"created_at": "x"})
     n_points = len(calls)
-    assert n_points > 20  # every part's files, every record, the manifest
+    # every part's files and its record, then the identity and the manifest
+    assert n_points == sum(len(record["files"]) + 1 for record in clean.stage.records) + 2 > 15
 
     class Killed(BaseException):
         pass
@@ -189,7 +190,7 @@ def test_large_row_groups_survive_parts(tmp_path, batches):
     for batch in batches:
         writer.write(batch)
     target = writer.publish({"created_at": "x"})
-    files = list((target / "tokens").rglob("*.parquet"))
+    files = list((target / "token_scores").rglob("*.parquet"))
     assert files and all(pq.ParquetFile(f).metadata.num_row_groups == 1 for f in files)
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from store_reading import read_slice
 
 from xai_ray import cli
 from xai_ray.config import resolve
@@ -175,8 +176,8 @@ def test_report_shows_what_changed_since_last_night(two_nights):
         stats = stats[(stats["size"] >= min_docs) & ~punct].sort_values(["mean", "word"], ascending=[False, True])
         return stats.word.head(20).tolist()
 
-    words1 = run_table(store, "nightly-2026-01-01", "words", "method=rollout/layer=2")
-    words2 = run_table(store, "nightly-2026-01-02", "words", "method=rollout/layer=2")
+    words1 = read_slice(store / "runs" / "run_id=nightly-2026-01-01", "words", "rollout", 2)
+    words2 = read_slice(store / "runs" / "run_id=nightly-2026-01-02", "words", "rollout", 2)
     then, now_top = top([words1]), top([words1[~words1.doc_id.isin(night2.doc_id)], words2])
     got = changes(page)
     assert {w for w, s in got.items() if s == "entered"} == set(now_top) - set(then)

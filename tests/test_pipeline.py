@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from store_reading import read_slice
 
 from xai_ray import cli, pipeline
 from xai_ray.config import resolve
@@ -128,7 +129,7 @@ def test_topk_equals_independent_pandas_aggregation(imdb_store):
     """Golden values: read the words Parquet files directly and aggregate with pandas and scipy."""
     stats = pytest.importorskip("scipy.stats")
     run = imdb_store / "runs" / "run_id=imdb200"
-    words = pq.read_table(run / "words" / "method=rollout" / "layer=6").to_pandas()
+    words = read_slice(run, "words", "rollout", 6)
     per_doc = per_document(words, "lift")
     grouped = (
         per_doc.groupby("word")
@@ -158,7 +159,7 @@ def test_topk_by_predicted_class_partitions_documents(imdb_store):
     con = open_store(imdb_store)
     got = topk(con, "imdb200", "raw", 3, k=5, min_docs=3, by="pred", stat="share")
     docs = pq.read_table(imdb_store / "runs" / "run_id=imdb200" / "docs").to_pandas()
-    words = pq.read_table(imdb_store / "runs" / "run_id=imdb200" / "words" / "method=raw" / "layer=3").to_pandas()
+    words = read_slice(imdb_store / "runs" / "run_id=imdb200", "words", "raw", 3)
     per_doc = per_document(words, "share").merge(docs[["doc_id", "pred"]], on="doc_id")
     for group, rows in got.groupby("group"):
         mine = per_doc[per_doc.pred == int(group)].groupby("word").value.agg(["mean", "size"]).reset_index()

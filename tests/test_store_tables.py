@@ -1,4 +1,6 @@
-"""Scorer rows -> store tables, column-wise (``store.tables``) and as a worker's part (``store.parts``).
+"""Scorer rows -> store tables, column-wise (``store.tables``) and as a worker's part (``store.parts``),
+in store layout 2 (a row per token and word, a column per method x layer) and layout 1 (a table
+per method x layer).
 
 The expected tables are rebuilt here document by document in plain Python from the scorer rows
 (the rules the README states: one tokens row per position, word_id null for special tokens, a
@@ -93,12 +95,43 @@ def close(got: list[tuple], want: list[tuple]) -> None:
                 assert a == b, (g, w)
 
 
-def test_tables_equal_a_plain_python_reading_of_the_rows(rows):
-    got = part_tables(rows, METHODS)
+def sliced(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """Layout 2's token and word tables cut back into layout 1's per method x layer tables."""
+    out = {name: table for name, table in tables.items() if name not in ("token_scores", "word_scores")}
+    tokens, words = tables["token_scores"], tables["word_scores"]
+    for name in tokens.column_names:
+        if not name.startswith("score:"):
+            continue
+        _, method, layer = name.split(":")
+        where = f"method={method}/layer={layer}"
+        out[f"tokens/{where}"] = pa.table(
+            {c: tokens.column(c) for c in ("doc_id", "position", "token", "word_id")} | {"score": tokens.column(name)}
+        )
+        share = words.column(name).to_numpy()
+        out[f"words/{where}"] = pa.table(
+            {c: words.column(c) for c in ("doc_id", "word_id", "word")}
+            | {
+                "score": words.column(name),
+                "raw_score": words.column(f"raw_score:{method}:{layer}"),
+                "lift": pa.array((share.astype("float64") * words.column("unit_weight").to_numpy()).astype("float32")),
+                "span_id": words.column("span_id"),
+                "joined": words.column("joined"),
+            }
+        )
+    return out
+
+
+@pytest.mark.parametrize("layout", [2, 1])
+def test_tables_equal_a_plain_python_reading_of_the_rows(rows, layout):
+    got = part_tables(rows, METHODS, layout=layout)
     want = expected(rows)
     tables = got.merged()
+    if layout == 2:
+        assert sorted(tables) == ["docs", "errors", "token_scores", "word_scores"]
+        assert "score:rollout:1" not in tables["token_scores"].column_names  # rollout starts at layer 2
+        tables = sliced(tables)
     assert sorted(tables) == sorted(want)
-    assert "tokens/method=rollout/layer=1" not in tables  # rollout starts at layer 2
+    assert "tokens/method=rollout/layer=1" not in tables
     docs = tables["docs"].select(["doc_id", "label", "pred", "prob_pos", "n_tokens", "n_words", "truncated", "text"])
     close(as_rows(docs), want["docs"])
     for folder, table in tables.items():
@@ -118,9 +151,17 @@ def test_a_part_written_by_a_worker_reads_back_as_strings_with_its_record(rows, 
     assert record["part"] == part_key(ids) and record["doc_ids"] == ids and record["node"] == "node-a"
     folder = staging_dir(tmp_path, "r")
     assert json.loads((folder / "_parts" / f"part-{record['part']}.json").read_text()) == record
-    tokens = pq.read_table(folder / "tokens" / "method=raw" / "layer=1")
+    tokens = pq.read_table(folder / "token_scores")
     assert tokens.schema.field("doc_id").type == pa.string() and tokens.schema.field("token").type == pa.string()
-    close(as_rows(tokens), expected(rows)["tokens/method=raw/layer=1"])
+    close(
+        as_rows(
+            sliced({"token_scores": tokens, "word_scores": pq.read_table(folder / "word_scores")})[
+                "tokens/method=raw/layer=1"
+            ]
+        ),
+        expected(rows)["tokens/method=raw/layer=1"],
+    )
+    assert record["layout"] == 2 and record["slices"] == ["raw:1", "raw:2", "rollout:2"]
     assert record["totals"]["n_docs"] == 5 and record["seconds"]["forward"] > 0
     # the same block written again lands on the same files: nothing is added
     files = sorted(p.relative_to(folder) for p in folder.rglob("*.parquet"))

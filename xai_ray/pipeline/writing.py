@@ -36,6 +36,7 @@ from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import layout
 from xai_ray.store.files import write_atomically
 from xai_ray.store.parts import PartWriter
+from xai_ray.store.schemas import LAYOUT
 from xai_ray.store.tables import stage_seconds
 from xai_ray.store.writer import RunWriter
 
@@ -96,9 +97,12 @@ def open_writer(cfg: RunConfig, run_id: str) -> RunWriter:
     return writer
 
 
-def write_parts(scored, cfg: RunConfig, run_id: str, writers: int | None = None) -> Iterator[dict]:
+def write_parts(
+    scored, cfg: RunConfig, run_id: str, writers: int | None = None, layout: int = LAYOUT
+) -> Iterator[dict]:
     """Run ``scored`` (a Ray Dataset of scorer rows) through a write stage on Ray workers; yields the
-    records of the parts they commit, as they come (the rows stay on the workers)."""
+    records of the parts they commit, as they come (the rows stay on the workers), in store
+    ``layout`` (the run writer's)."""
     import ray
 
     writers = writers or max(2, int(ray.cluster_resources().get("CPU", 2)))
@@ -109,6 +113,7 @@ def write_parts(scored, cfg: RunConfig, run_id: str, writers: int | None = None)
             "run_id": run_id,
             "methods": list(cfg.methods),
             "heads": cfg.heads,
+            "layout": layout,
         },
         batch_size=docs_per_part(cfg),
         batch_format="pyarrow",
@@ -139,11 +144,12 @@ def docs_per_part(cfg: RunConfig) -> int:
     return max(1, cfg.part_rows // max(cfg.max_length, 1))
 
 
-def _write_block(batch: pa.Table, store: str, run_id: str, methods: list[str], heads: bool) -> pa.Table:
+def _write_block(batch: pa.Table, store: str, run_id: str, methods: list[str], heads: bool, layout: int) -> pa.Table:
     import ray
 
     node = ray.get_runtime_context().get_node_id()
-    record = PartWriter(store, run_id, methods, totals=HeadTotals if heads else None).write(batch, node=node)
+    totals = HeadTotals if heads else None
+    record = PartWriter(store, run_id, methods, totals=totals, layout=layout).write(batch, node=node)
     return pa.table({"record": pa.array([json.dumps(record)] if record else [], pa.string())})
 
 
@@ -195,7 +201,7 @@ def write(
     done = 0
     try:
         _record_rejected(writer, cfg, run_id, screened, rejected)
-        for item in _items(rows, cfg, run_id):
+        for item in _items(rows, cfg, run_id, writer.layout):
             if isinstance(item, dict):  # a part a worker committed
                 new = writer.collect(item)
                 n_docs = len(item["doc_ids"]) if new else 0
@@ -243,12 +249,12 @@ def write(
     return run_dir, {**manifest, "counts": writer.counts}
 
 
-def _items(rows, cfg: RunConfig, run_id: str) -> Iterator:
+def _items(rows, cfg: RunConfig, run_id: str, layout: int) -> Iterator:
     """Records or Arrow tables, whatever ``rows`` was."""
     if rows is None:
         return iter(())
     if hasattr(rows, "map_batches"):  # a Ray Dataset of scorer rows
-        return write_parts(rows, cfg, run_id)
+        return write_parts(rows, cfg, run_id, layout=layout)
     return iter(rows)
 
 

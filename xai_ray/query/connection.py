@@ -24,6 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from xai_ray.query.limits import Limits, QueryError
+from xai_ray.query.views import FOLDERS, folder_files, run_layouts, view_sql
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import RUNS
 from xai_ray.store.schemas import TABLES as SCHEMAS
@@ -59,15 +60,7 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
     con = duckdb.connect(":memory:")
     con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
     runs = [store_layout.run_dir(root, run_id) for run_id in store_layout.list_runs(root)]
-    readable = []
-    for table in TABLES:
-        files = sorted(str(f) for run in runs for f in store_layout.store_files(root, run / table, "*.parquet"))
-        readable += files
-        if files:
-            con.execute(f"SET VARIABLE files_{table} = ?", [files])
-            con.execute(f"create view {table} as {sql_text(f'view_{table}')}")
-        else:
-            con.from_arrow(_empty(table)).create_view(table)
+    readable = _create_views(con, root, runs, TABLES, "view")
     con.from_arrow(_runs_table(runs)).create_view("runs")
     totals = [store_layout.aggregate_file(root, store_layout.run_id_of(run), WORD_TOTALS) for run in runs]
     totals = sorted(str(f) for f in totals if f.is_file() and store_layout.inside(root, f))
@@ -78,6 +71,42 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
     if sandbox:
         lock_down(con, readable, limits)
     return con
+
+
+def _create_views(con, root: Path, runs: list[Path], tables, prefix: str) -> list[str]:
+    """Create the views ``tables`` over ``runs`` from ``sql/<prefix>_<table>.sql``; returns the
+    files they read. ``tokens`` and ``words`` read runs of either store layout (``views``)."""
+    con.execute("SET parquet_metadata_cache = true")  # each slice of a view reads the same files' footers
+    layouts = run_layouts(runs)
+    readable = []
+    for table in tables:
+        folders = FOLDERS.get(table, (table,))
+        files = {
+            folder: folder_files(root, layouts, folder) if table in FOLDERS else _files(root, runs, folder)
+            for folder in folders
+        }
+        for folder, found in files.items():
+            readable += found
+            if found:
+                con.execute(f"SET VARIABLE files_{folder} = ?", [found])
+        if table in FOLDERS:
+            select = view_sql(table, layouts, files, sql_text)
+            if select is not None and prefix == "union":
+                select = sql_text(f"union_{table}").replace("@parts@", select)
+        else:
+            select = sql_text(f"{prefix}_{table}") if files[table] else None
+        if select is not None:
+            con.execute(f"create view {table} as {select}")
+        else:
+            empty = _empty(table)
+            if prefix == "union":
+                empty = empty.append_column("source_run_id", pa.array([], pa.string()))
+            con.from_arrow(empty).create_view(table)
+    return readable
+
+
+def _files(root: Path, runs: list[Path], folder: str) -> list[str]:
+    return sorted(str(f) for run in runs for f in store_layout.store_files(root, run / folder, "*.parquet"))
 
 
 def lock_down(con, readable: list[str], limits: Limits | None = None) -> None:
@@ -168,13 +197,7 @@ def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool 
     con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
     con.execute("SET VARIABLE union_label = ?", [label])
     con.execute("SET VARIABLE union_runs = ?", [list(run_ids)])
-    for table in ("docs", "errors", "tokens", "words", "faithfulness"):  # docs first: the others read it
-        files = sorted(str(f) for run in runs for f in store_layout.store_files(root, run / table, "*.parquet"))
-        if files:
-            con.execute(f"SET VARIABLE files_{table} = ?", [files])
-            con.execute(f"create view {table} as {sql_text(f'union_{table}')}")
-        else:
-            con.from_arrow(_empty(table).append_column("source_run_id", pa.array([], pa.string()))).create_view(table)
+    _create_views(con, root, runs, ("docs", "errors", "tokens", "words", "faithfulness"), "union")  # docs first
     for table in ("heads", "head_similarity"):
         # Means over one run's reviews: they do not add up across runs, so a union shows none
         # (each night's run keeps its own in the store's views).

@@ -5,8 +5,10 @@ Layout (private; the SQL views in ``query`` are the public interface)::
     STORE/runs/run_id=<id>/manifest.json
     STORE/runs/run_id=<id>/docs/part-<n>.parquet
     STORE/runs/run_id=<id>/errors/part-<n>.parquet
-    STORE/runs/run_id=<id>/tokens/method=<m>/layer=<l>/part-<n>.parquet
-    STORE/runs/run_id=<id>/words/method=<m>/layer=<l>/part-<n>.parquet
+    STORE/runs/run_id=<id>/token_scores/part-<n>.parquet  (a row per token, a column per method x layer)
+    STORE/runs/run_id=<id>/word_scores/part-<n>.parquet   (a row per word, columns per method x layer)
+    STORE/runs/run_id=<id>/tokens/method=<m>/layer=<l>/part-<n>.parquet  (store layout 1, instead)
+    STORE/runs/run_id=<id>/words/method=<m>/layer=<l>/part-<n>.parquet   (store layout 1, instead)
     STORE/runs/run_id=<id>/_parts/part-<n>.json  (which documents each part holds)
     STORE/runs/run_id=<id>/faithfulness/part-<n>.parquet   (runs with --evaluate)
     STORE/runs/run_id=<id>/heads/part-whole.parquet, head_similarity/part-whole.parquet (when gathered)
@@ -126,6 +128,21 @@ def read_manifest(path: Path) -> dict:
             f"manifest {str(path)!r} is not a JSON object; restore it or move the run folder out of the store"
         )
     return manifest
+
+
+def run_layout(manifest: dict, folder: Path) -> int:
+    """The store layout a published run was written in (``schemas.LAYOUTS``; a manifest without
+    ``store_layout`` is layout 1); one this version does not know is refused, never misread."""
+    from xai_ray.store.schemas import LAYOUTS
+
+    version = manifest.get("store_layout", 1)
+    if version not in LAYOUTS or isinstance(version, bool):
+        raise StoreError(
+            f"run {folder.name[len(RUN_PREFIX) :]!r} was written in store layout {version!r}, which this version "
+            f"of xai-ray does not read (it reads layouts {', '.join(map(str, LAYOUTS))}); query it with the "
+            "xai-ray that wrote it, or move the run folder out of the store"
+        )
+    return version
 
 
 def run_log(store: str | Path, run_id: str) -> Path:

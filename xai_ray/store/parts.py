@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from xai_ray.store.layout import staging_dir
+from xai_ray.store.schemas import LAYOUT
 from xai_ray.store.staging import commit_part
-from xai_ray.store.tables import PARQUET_OPTIONS, error_table, part_tables, stage_seconds
+from xai_ray.store.tables import error_table, parquet_options, part_tables, slices_of, stage_seconds
 
 ROW_GROUP_ROWS = 256_000
 
@@ -33,13 +34,15 @@ class PartWriter:
     """Writes blocks of scorer rows into one run's staging folder, one committed part per block.
 
     ``totals``: a class summing run-wide statistics per part (``methods.head_summary.HeadTotals``),
-    or None. Stateless between blocks, so any worker on any node (that sees the store) can hold one.
+    or None. ``layout``: the store layout the run is written in (``RunWriter.layout``). Stateless
+    between blocks, so any worker on any node (that sees the store) can hold one.
     """
 
-    def __init__(self, store: str | Path, run_id: str, methods: list[str], totals=None) -> None:
+    def __init__(self, store: str | Path, run_id: str, methods: list[str], totals=None, layout: int = LAYOUT) -> None:
         self.folder = staging_dir(store, run_id)
         self.methods = list(methods)
         self.totals_class = totals
+        self.layout = layout
 
     def write(self, rows: pa.Table, node: str | None = None) -> dict | None:
         """Commit ``rows`` (scorer rows; a document twice in the block is kept once) as one part;
@@ -53,7 +56,8 @@ class PartWriter:
                 first.setdefault(doc_id, i)
             rows = rows.take(pa.array(sorted(first.values())))
             ids = rows.column("doc_id").to_pylist()
-        found = part_tables(rows, self.methods)
+        found = part_tables(rows, self.methods, layout=self.layout)
+        tables = found.merged()
         totals = None
         if self.totals_class is not None:
             summed = self.totals_class()
@@ -68,8 +72,10 @@ class PartWriter:
             "totals": totals,
             "seconds": stage_seconds(rows),  # where the scoring time went, for the manifest
             "node": node,
+            "layout": self.layout,
+            "slices": slices_of(tables),
         }
-        return commit_part(self.folder, part_key(ids), found.merged(), record, ROW_GROUP_ROWS, PARQUET_OPTIONS)
+        return commit_part(self.folder, part_key(ids), tables, record, ROW_GROUP_ROWS, parquet_options)
 
     def write_errors(self, doc_ids: list[str], stage: str, reasons: list[str], key: str, node: str | None = None):
         """Commit rows that never reached a scorer (``stage`` 'read') as one part named ``key``."""
@@ -82,9 +88,11 @@ class PartWriter:
             "read_errors": stage == "read",
             "totals": None,
             "node": node,
+            "layout": self.layout,
+            "slices": [],
         }
         tables = {"errors": table} if table.num_rows else {}
-        return commit_part(self.folder, key, tables, record, ROW_GROUP_ROWS, PARQUET_OPTIONS)
+        return commit_part(self.folder, key, tables, record, ROW_GROUP_ROWS, parquet_options)
 
 
 def _n_layers(rows: pa.Table) -> int | None:

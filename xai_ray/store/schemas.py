@@ -1,10 +1,16 @@
 """The Arrow schemas of every table a store holds, and of the ``runs`` view: one place.
 
-Long, narrow tables; ``tokens`` and ``words`` are partitioned by ``method`` and ``layer`` (the
-partition columns are added by the views, see ``PARTITIONS``).
+``TABLES`` are the views' tables. Layout 2 (``LAYOUT``, ``store.scores_v2``) stores ``tokens`` and
+``words`` as ``TOKEN_PIECES`` / ``WORD_PIECES`` plus a float column per method x layer
+(``slice_column``); layout 1 stored them as ``TOKENS`` / ``WORDS`` files per method and layer.
 """
 
+import re
+
 import pyarrow as pa
+
+LAYOUT = 2  # the store layout this version writes (recorded in each manifest as ``store_layout``)
+LAYOUTS = (1, 2)  # the layouts it reads: 1 = a manifest without ``store_layout`` (xai-ray before issue 25)
 
 DOCS = pa.schema(
     [
@@ -49,6 +55,26 @@ WORDS = pa.schema(
         ("joined", pa.string()),
     ]
 )
+# Layout 2: a row per token and per word, the id columns once; slice columns follow them.
+TOKEN_PIECES = pa.schema([f for f in TOKENS if f.name != "score"])
+WORD_PIECES = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("word_id", pa.int32()),
+        ("word", pa.string()),
+        ("span_id", pa.int32()),
+        ("joined", pa.string()),
+        ("unit_weight", pa.float64()),  # the document's words / the words of the word's unit: lift = score x this
+    ]
+)
+SLICE = re.compile(r"^(score|raw_score):([a-z][a-z0-9_]*):([0-9]+)$")
+
+
+def slice_column(kind: str, method: str, layer: int) -> str:
+    """The layout-2 column of one method and (1-based) layer: ``score:rollout:3``."""
+    return f"{kind}:{method}:{layer}"
+
+
 ERRORS = pa.schema([("doc_id", pa.string()), ("stage", pa.string()), ("reason", pa.string())])
 # Long form, one row per (document, method, layer, metric); layer is null for the baselines
 # (input_x_gradient, random) and value null where a metric is undefined (see faithfulness.py).

@@ -84,9 +84,7 @@ class Staging:
             if path.name.endswith(".tmp") or (path.name.endswith(".parquet") and relative not in committed):
                 path.unlink()
 
-    def commit(
-        self, tables: dict[str, pa.Table], record: dict, row_group_rows: int, options: dict | None = None
-    ) -> dict:
+    def commit(self, tables: dict[str, pa.Table], record: dict, row_group_rows: int, options=None) -> dict:
         """Write one part: ``tables`` maps a slice folder (e.g. ``tokens/method=raw/layer=1``) to its rows."""
         record = commit_part(self.folder, self.next_part, tables, record, row_group_rows, options)
         self.records.append(record)
@@ -104,15 +102,17 @@ class Staging:
 
 
 def commit_part(
-    folder: Path, key, tables: dict[str, pa.Table], record: dict, row_group_rows: int, options: dict | None = None
+    folder: Path, key, tables: dict[str, pa.Table], record: dict, row_group_rows: int, options=None
 ) -> dict:
     """Write one part into the staging ``folder``: its files, then its record (which makes it real).
-    Called by the driver (numbered parts) and by Ray workers (named parts) alike."""
-    options = {"compression": "zstd", **(options or {})}
+    Called by the driver (numbered parts) and by Ray workers (named parts) alike. ``options``: the
+    Parquet writer's, or a function of the table giving them."""
     paths = {where: folder / where / f"part-{key}.parquet" for where in sorted(tables)}
 
     def one(where: str) -> None:
-        write_parquet_atomically(paths[where], tables[where], durable=True, row_group_size=row_group_rows, **options)
+        table = tables[where]
+        chosen = {"compression": "zstd", **((options(table) if callable(options) else options) or {})}
+        write_parquet_atomically(paths[where], table, durable=True, row_group_size=row_group_rows, **chosen)
 
     # A few files at once: Parquet encoding and fsync release the GIL, so one file's wait for the
     # disk overlaps the next one's encoding. The record is written only when every file is durable.

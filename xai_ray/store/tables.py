@@ -1,11 +1,11 @@
 """Scorer rows -> the store's tables, column-wise in Arrow: no Python object per score.
 
 A batch of scorer rows (``scoring.rows.row_schema``: one row per document, each method's per-layer
-scores flattened to L*n floats) becomes one ``docs`` table, one ``tokens`` and one ``words``
-table per method and layer, and the ``errors`` and ``faithfulness`` rows. Every score is moved by
-numpy gathers over the flattened list columns; the id columns (document, position, token, word)
-are built once per batch and shared by every (method, layer) slice, dictionary-encoded once, so
-the Parquet writer does not hash the same strings for each of the L x methods slices.
+scores flattened to L*n floats) becomes one ``docs`` table, the ``errors`` and ``faithfulness``
+rows, and the tokens and words of the store's layout (``scores_v2``: a row per token and per word,
+a float column per method x layer; ``scores_v1``, the previous layout: a table per method x layer).
+Every score is moved by numpy gathers over the flattened list columns; the id columns (document,
+position, token, word) are built once per batch (``pieces``), dictionary-encoded once.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, TOKENS, WORDS
+from xai_ray.store import scores_v1, scores_v2
+from xai_ray.store.pieces import Pieces, flat, lengths_of
+from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, LAYOUT
 
 # Dictionary pages for the string columns only (a float column's dictionary only grows, then is
 # dropped), delta encoding for the counters (positions, word ids), statistics only where a reader
-# can prune with them: together about 6x faster to write than pyarrow's defaults, and smaller.
-# ``store_schema=False``: the dictionary-encoded id columns read back as plain strings.
+# can prune with them. ``store_schema=False``: the dictionary-encoded id columns read back as
+# plain strings. Layout 2's score columns are split by byte (``BYTE_STREAM_SPLIT``) before zstd:
+# the exponent bytes of a column's floats then sit together and compress.
 PARQUET_OPTIONS = {
     "compression": "zstd",
     "use_dictionary": ["doc_id", "token", "word", "joined", "stage", "method", "metric"],
@@ -31,15 +34,12 @@ PARQUET_OPTIONS = {
 }
 
 
-def _encoded(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with its shared string columns dictionary-encoded (as they are built here)."""
-    shared = {"doc_id", "token", "word", "joined"}
-    return pa.schema(
-        [pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.name in shared else f for f in schema]
-    )
-
-
-TOKENS_ENCODED, WORDS_ENCODED = _encoded(TOKENS), _encoded(WORDS)
+def parquet_options(table: pa.Table) -> dict:
+    """The writer's options for ``table``: ``PARQUET_OPTIONS``, score columns byte-split."""
+    split = {f.name: "BYTE_STREAM_SPLIT" for f in table.schema if f.name.startswith(("score:", "raw_score:"))}
+    if not split:
+        return PARQUET_OPTIONS
+    return {**PARQUET_OPTIONS, "column_encoding": {**PARQUET_OPTIONS["column_encoding"], **split}}
 
 
 @dataclass
@@ -72,8 +72,9 @@ def _concat(parts: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(parts, promote_options="permissive").unify_dictionaries().combine_chunks()
 
 
-def part_tables(rows: pa.Table, methods: list[str], into: PartTables | None = None) -> PartTables:
-    """Add one batch of scorer rows to ``into`` (a new ``PartTables`` by default) as store tables."""
+def part_tables(rows: pa.Table, methods: list[str], into: PartTables | None = None, layout: int = LAYOUT) -> PartTables:
+    """Add one batch of scorer rows to ``into`` (a new ``PartTables`` by default) as the tables of
+    store ``layout``."""
     out = into if into is not None else PartTables()
     for key in ("docs", "errors", "tokens", "words"):
         out.counts.setdefault(key, 0)
@@ -89,7 +90,7 @@ def part_tables(rows: pa.Table, methods: list[str], into: PartTables | None = No
         scored = rows.filter(pc.invert(failed_mask))
     if scored.num_rows:
         _add_faithfulness(out, scored)
-        _add_scored(out, scored, methods)
+        _add_scored(out, scored, methods, layout)
     return out
 
 
@@ -110,31 +111,17 @@ def error_table(doc_ids: list[str], stage: str, reasons: list[str]) -> pa.Table:
     return _errors(doc_ids, stage, reasons)
 
 
-def _lengths(column: pa.Array) -> np.ndarray:
-    return pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-
-
-def _flat(column: pa.Array) -> pa.Array:
-    return pc.list_flatten(column)
-
-
-def _local(lengths: np.ndarray) -> np.ndarray:
-    """Each element's position inside its own list: [3, 2] -> [0, 1, 2, 0, 1]."""
-    starts = np.cumsum(lengths) - lengths
-    return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
-
-
-def _add_scored(out: PartTables, scored: pa.Table, methods: list[str]) -> None:
+def _add_scored(out: PartTables, scored: pa.Table, methods: list[str], layout: int) -> None:
     column = scored.column
     doc_ids = column("doc_id").combine_chunks()
     n_tokens = column("n_tokens").to_numpy(zero_copy_only=False).astype(np.int64)
     n_layers = int(column("n_layers")[0].as_py())
     out.n_layers = out.n_layers or n_layers
     word_lists = column("words").combine_chunks()
-    n_words = _lengths(word_lists)
+    n_words = lengths_of(word_lists)
     probs = column("probs").combine_chunks()
-    prob_values = _flat(probs).to_numpy(zero_copy_only=False)
-    prob_lengths = _lengths(probs)
+    prob_values = flat(probs).to_numpy(zero_copy_only=False)
+    prob_lengths = lengths_of(probs)
     prob_starts = np.cumsum(prob_lengths) - prob_lengths
     has_pos = prob_lengths == 2  # P(class 1) of a two-class model; with more classes no class is "the positive" one
     prob_pos = np.where(has_pos, prob_values[np.minimum(prob_starts + 1, max(len(prob_values) - 1, 0))], 0.0)
@@ -158,53 +145,9 @@ def _add_scored(out: PartTables, scored: pa.Table, methods: list[str]) -> None:
     )
     out.add("docs", docs, "docs")
 
-    ids = doc_ids.dictionary_encode()  # one dictionary for the batch: every slice reuses it
-    token_owner = np.repeat(np.arange(len(doc_ids)), n_tokens)
-    token_position = _local(n_tokens)
-    word_index = _flat(column("word_index").combine_chunks()).to_numpy(zero_copy_only=False).astype(np.int32)
-    token_columns = [
-        ids.take(pa.array(token_owner)),
-        pa.array(token_position.astype(np.int32)),
-        _flat(column("tokens").combine_chunks()).dictionary_encode(),
-        pa.array(np.where(word_index >= 0, word_index, 0), mask=word_index < 0, type=pa.int32()),
-    ]
-    word_owner = np.repeat(np.arange(len(doc_ids)), n_words)
-    word_position = _local(n_words)
-    words_flat = _flat(word_lists)
-    span = _spans(column("word_span").combine_chunks(), n_words, word_position)
-    unit_key = np.arange(len(span)) - word_position + span  # batch-wide index of each word's unit's first word
-    unit_size = np.bincount(unit_key, minlength=len(span))[unit_key]  # words in each word's unit
-    unit_weight = np.repeat(n_words, n_words) / unit_size  # words.lift: share x W / the unit's words
-    word_columns = [
-        ids.take(pa.array(word_owner)),
-        pa.array(word_position.astype(np.int32)),
-        words_flat.dictionary_encode(),
-    ]
-    unit_columns = [
-        pa.array(span.astype(np.int32)),
-        _joined(column("word_joined").combine_chunks(), words_flat, n_words).dictionary_encode(),
-    ]
-    for method in methods:
-        token_scores = _layers(column(f"scores_{method}"), n_tokens, n_layers)
-        word_scores = _layers(column(f"word_scores_{method}"), n_words, n_layers)
-        word_raw = _layers(column(f"word_raw_{method}"), n_words, n_layers)
-        for layer in range(n_layers):
-            values = token_scores(layer)
-            if values.size and np.isnan(values).all():
-                continue  # the method does not define this layer (below start_layer)
-            where = f"method={method}/layer={layer + 1}"
-            out.add(
-                f"tokens/{where}",
-                pa.Table.from_arrays([*token_columns, pa.array(values)], schema=TOKENS_ENCODED),
-                "tokens",
-            )
-            shares = word_scores(layer)
-            lifts = (shares.astype(np.float64) * unit_weight).astype(np.float32)
-            words = pa.Table.from_arrays(
-                [*word_columns, pa.array(shares), pa.array(word_raw(layer)), pa.array(lifts), *unit_columns],
-                schema=WORDS_ENCODED,
-            )
-            out.add(f"words/{where}", words, "words")
+    pieces = Pieces.of(scored, doc_ids, n_tokens, n_words, n_layers)
+    builder = {1: scores_v1, 2: scores_v2}[layout]
+    builder.add(out, scored, methods, pieces)
 
 
 def _optional(rows: pa.Table, name: str, kind: pa.DataType) -> pa.Array:
@@ -212,43 +155,6 @@ def _optional(rows: pa.Table, name: str, kind: pa.DataType) -> pa.Array:
     if name not in rows.column_names:
         return pa.nulls(rows.num_rows, kind)
     return rows.column(name).combine_chunks().cast(kind)
-
-
-def _layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
-    """``layer -> (sum lengths,) float32``: layer l of every document's flattened (L, n) scores, in order."""
-    lists = column.combine_chunks()
-    values = _flat(lists).to_numpy(zero_copy_only=False)
-    if values.dtype != np.float32:
-        values = values.astype(np.float32)
-    expected = int(lengths.sum()) * n_layers
-    if values.size != expected:
-        raise ValueError(f"a score column holds {values.size} values where L x lengths make {expected}")
-    starts = np.repeat(np.cumsum(lengths * n_layers) - lengths * n_layers, lengths) + _local(lengths)
-    widths = np.repeat(lengths, lengths)
-    return lambda layer: values[starts + layer * widths]
-
-
-def _spans(column: pa.Array, n_words: np.ndarray, local: np.ndarray) -> np.ndarray:
-    """Per word, the first word of its unit (``word_span``); a row without spans: every word its own unit."""
-    if column.null_count == 0:
-        return _flat(column).to_numpy(zero_copy_only=False).astype(np.int64)
-    span = local.copy()
-    has = np.repeat(column.is_valid().to_numpy(zero_copy_only=False), n_words)
-    span[has] = _flat(column).to_numpy(zero_copy_only=False)
-    return span
-
-
-def _joined(column: pa.Array, words: pa.Array, n_words: np.ndarray) -> pa.Array:
-    """Per word, its unit's text (``word_joined``), or the word itself for rows without it."""
-    lengths = _lengths(column)
-    usable = column.is_valid().to_numpy(zero_copy_only=False) & (lengths == n_words) & (lengths > 0)
-    if usable.all():
-        return _flat(column)
-    joined_flat = _flat(column.filter(pa.array(usable)))
-    pick = np.repeat(usable, n_words)
-    index = np.arange(len(words), dtype=np.int64)
-    index[pick] = len(words) + np.arange(int(pick.sum()))
-    return pa.concat_arrays([words.cast(pa.string()), joined_flat.cast(pa.string())]).take(pa.array(index))
 
 
 def _add_faithfulness(out: PartTables, scored: pa.Table) -> None:
@@ -261,10 +167,10 @@ def _add_faithfulness(out: PartTables, scored: pa.Table) -> None:
     if "faithfulness" not in scored.column_names:
         return
     lists = scored.column("faithfulness").combine_chunks()
-    lengths = _lengths(lists)
+    lengths = lengths_of(lists)
     if not lengths.sum():
         return
-    metrics = _flat(lists)
+    metrics = flat(lists)
     table = pa.Table.from_arrays(
         [
             scored.column("doc_id").combine_chunks().take(pa.array(np.repeat(np.arange(len(lengths)), lengths))),
@@ -287,3 +193,9 @@ def stage_seconds(rows: pa.Table) -> dict[str, float]:
         return {}
     flat = pa.table({"stage": column.keys, "seconds": column.items}).group_by("stage").aggregate([("seconds", "sum")])
     return dict(zip(flat.column("stage").to_pylist(), flat.column("seconds_sum").to_pylist()))
+
+
+def slices_of(tables: dict[str, pa.Table]) -> list[str]:
+    """The method x layer slices (``rollout:3``) a part's layout-2 tables hold, for its record."""
+    table = tables.get(scores_v2.TOKEN_TABLE)
+    return [] if table is None else [name.split(":", 1)[1] for name in table.column_names if name.startswith("score:")]

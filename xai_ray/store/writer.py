@@ -22,9 +22,9 @@ import pyarrow.parquet as pq
 from xai_ray.store import StoreError
 from xai_ray.store.files import write_atomically, write_parquet_atomically
 from xai_ray.store.layout import MANIFEST, run_dir, staging_dir
-from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, HEAD_SIMILARITY, HEADS
+from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, HEAD_SIMILARITY, HEADS, LAYOUT
 from xai_ray.store.staging import Staging, StagingError
-from xai_ray.store.tables import PARQUET_OPTIONS, PartTables, error_table, part_tables
+from xai_ray.store.tables import PartTables, error_table, parquet_options, part_tables, slices_of
 
 ROW_GROUP_ROWS = 256_000
 
@@ -50,6 +50,9 @@ class RunWriter:
     groups and a killed run loses at most one part's work. Opening a run id whose staging holds
     committed parts resumes it: ``done_ids`` are the documents those parts hold, and rows for
     them that arrive again (a retried Ray task) are dropped and counted as ``duplicates``.
+
+    ``layout``: the store layout to write (``schemas.LAYOUT``; 1 only to compare with the previous
+    one); a resumed run keeps the layout its committed parts were written in.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class RunWriter:
         part_rows: int = ROW_GROUP_ROWS,
         part_seconds: float = 300.0,
         totals=None,
+        layout: int = LAYOUT,
     ) -> None:
         self.store, self.run_id, self.methods = Path(store), run_id, list(methods)
         check_store(store)
@@ -74,6 +78,10 @@ class RunWriter:
         except OSError as err:  # a read-only or full file system, a name too long: nothing was written
             raise StoreError(f"cannot write into store {str(store)!r}: {(err.strerror or str(err)).lower()}") from None
         self.part_rows, self.part_seconds = part_rows, part_seconds
+        # parts of a run staged by an earlier version (no ``layout`` in their records) are layout 1
+        scored = [record.get("layout", 1) for record in self.stage.records if record.get("n_layers")]
+        self.layout = scored[0] if scored else layout
+        self.slices: set[str] = set()
         self.counts = {"docs": 0, "errors": 0, "tokens": 0, "words": 0, "duplicates": 0}
         self.done_ids: set[str] = set()  # documents out of the scorer, committed or pending
         self.fingerprints: set[str] = set()
@@ -95,6 +103,7 @@ class RunWriter:
         self.done_ids.update(record["doc_ids"])
         self.fingerprints.update(record["fingerprints"])
         self.n_layers = self.n_layers or record.get("n_layers")
+        self.slices.update(record.get("slices") or [])
         self.read_errors_done = self.read_errors_done or record.get("read_errors", False)
         if self.totals is not None and record.get("totals"):
             self.totals.merge(self.totals_class.from_state(record["totals"]))
@@ -116,7 +125,7 @@ class RunWriter:
             return
         if self.pending_totals is not None:
             self.pending_totals.add(rows)
-        part_tables(rows, self.methods, into=self.pending)
+        part_tables(rows, self.methods, into=self.pending, layout=self.layout)
         if self.pending.tables and (
             max(self.pending.rows().values()) >= self.part_rows
             or time.monotonic() - self.last_commit >= self.part_seconds
@@ -175,6 +184,7 @@ class RunWriter:
         if not self.pending.tables and not self.pending_ids and not self.pending_duplicates:
             return
         counts = {**self.pending.counts, "duplicates": self.pending_duplicates}
+        tables = self.pending.merged()
         record = {
             "doc_ids": self.pending_ids,
             "counts": counts,
@@ -182,8 +192,11 @@ class RunWriter:
             "n_layers": self.n_layers or self.pending.n_layers,
             "read_errors": self.pending_read_errors,
             "totals": self.pending_totals.state() if self.pending_totals is not None else None,
+            "layout": self.layout,
+            "slices": slices_of(tables),
         }
-        record = self.stage.commit(self.pending.merged(), record, ROW_GROUP_ROWS, PARQUET_OPTIONS)
+        record = self.stage.commit(tables, record, ROW_GROUP_ROWS, parquet_options)
+        self.slices.update(record["slices"])
         self.collected.add(record["part"])
         for key, value in counts.items():
             self.counts[key] = self.counts.get(key, 0) + value
@@ -209,6 +222,8 @@ class RunWriter:
                 (self.staging / table).mkdir(exist_ok=True)
                 pq.write_table(schema.empty_table(), self.staging / table / "part-empty.parquet")
         manifest = {**manifest, "run_id": self.run_id, "counts": dict(self.counts)}
+        if self.layout > 1:  # layout 1's manifests had no such key: readers take its absence as 1
+            manifest.update(store_layout=self.layout, slices=sorted(self.slices, key=_slice_order))
         write_atomically(self.staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
         target = run_dir(self.store, self.run_id)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -224,6 +239,11 @@ class RunWriter:
         self.stage.close()
         if not keep_parts:
             shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _slice_order(name: str) -> tuple[str, int]:
+    method, layer = name.split(":")
+    return method, int(layer)
 
 
 def faithfulness_tables(scored: list[dict]) -> tuple[pa.Table, pa.Table]:

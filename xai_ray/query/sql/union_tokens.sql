@@ -1,11 +1,7 @@
 -- tokens of several runs seen as one run: only the rows of each document's version in docs.
 with parts as (
-    select *
-    from read_parquet(
-        getvariable('files_tokens'),
-        hive_partitioning = true,
-        hive_types = {'run_id': VARCHAR, 'method': VARCHAR, 'layer': INTEGER}
-    )
+    -- every run's rows, whatever its store layout (query.views)
+    @parts@
 ),
 
 final as (

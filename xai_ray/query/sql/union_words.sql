@@ -1,12 +1,7 @@
 -- words of several runs seen as one run: only the rows of each document's version in docs.
 with parts as (
-    select *
-    from read_parquet(
-        getvariable('files_words'),
-        hive_partitioning = true,
-        union_by_name = true,  -- runs written before lift/span_id/joined existed read them as null
-        hive_types = {'run_id': VARCHAR, 'method': VARCHAR, 'layer': INTEGER}
-    )
+    -- every run's rows, whatever its store layout (query.views)
+    @parts@
 ),
 
 final as (

@@ -1,7 +1,20 @@
--- tokens: one row per run, document, method, layer and token position.
-select *
+-- tokens: one row per run, document, method, layer and token position. Stored once per token
+-- with a float column per method and layer (store layout 2), so a query over one method and layer
+-- reads the token columns and that one float column.
+-- (This file is one method and layer's select, filled in for each by query.views.)
+select
+    doc_id,
+    position,
+    token,
+    word_id,
+    "score:@slice@" as score,
+    cast(@layer@ as integer) as layer,
+    cast('@method@' as varchar) as method,
+    run_id
 from read_parquet(
-    getvariable('files_tokens'),
+    getvariable('files_token_scores'),
     hive_partitioning = true,
-    hive_types = {'run_id': VARCHAR, 'method': VARCHAR, 'layer': INTEGER}
+    union_by_name = true,  -- a part whose batches left this layer out has no column: null, no rows
+    hive_types = {'run_id': VARCHAR}
 )
+where "score:@slice@" is not null

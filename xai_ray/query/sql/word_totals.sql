@@ -2,7 +2,9 @@
 -- topk.sql): per document first (a word's mean lift and mean share over its occurrences there),
 -- then the sum and sum of squares of those over the documents, occurrences and documents. Computed
 -- once per run by its aggregate stage and kept beside it (view word_totals), so `topk` reads a few
--- thousand rows instead of every occurrence. Parameters: $run_id.
+-- thousand rows instead of every occurrence. One method and layer at a time (its per-document
+-- groups are a twelfth of a run's, and the filter leaves the words view one slice to read).
+-- Parameters: $run_id, $method, $layer.
 with per_doc as (
     select
         method,
@@ -13,7 +15,7 @@ with per_doc as (
         sum(score) / sum(cast(word_id = coalesce(span_id, word_id) as integer)) as share,
         sum(cast(word_id = coalesce(span_id, word_id) as integer)) as occurrences
     from words
-    where run_id = $run_id
+    where run_id = $run_id and method = $method and layer = $layer
     group by method, layer, doc_id, lower(coalesce(joined, word))
 ),
 

@@ -1,0 +1,136 @@
+"""Store layout 2 against layout 1: one run's rows written in both give the same rows in every view.
+
+Real scorer rows of the tiny BERT (an error row among them, rollout from layer 2 in one batch and
+from layer 1 in the other, so a part holds a slice for some of its documents only) are written by
+``RunWriter`` once in layout 1 (a file per method x layer, the previous version's) and once in
+layout 2 (a row per token and word, a column per method x layer), side by side in one store; each
+view, the union of runs (nightly) and the manifests' counts are compared row for row. A manifest
+of an unknown layout is refused in one sentence; a run staged in layout 1 resumes in layout 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from xai_ray.cli.main import main
+from xai_ray.query.connection import TABLES, open_store, open_union
+from xai_ray.query.limits import QueryError
+from xai_ray.store import StoreError, layout
+from xai_ray.store.writer import RunWriter
+
+METHODS = ["raw", "rollout"]
+TEXTS = ["the film was good", "bad movie", "i loved the story, wasn't it", None, "not very boring", "great acting!"]
+
+
+@pytest.fixture(scope="module")
+def batches(scorer_factory) -> list[pa.Table]:
+    """Two batches of scorer rows: rollout from layer 2 in the first, from layer 1 in the second."""
+    ids = [f"d{i}" for i in range(len(TEXTS))]
+    labels = [0, 1, None, 1, 0, 1]
+    first = scorer_factory("bert", start_layer=2, evaluate=True)
+    second = scorer_factory("bert", evaluate=True)
+    return [
+        first({"doc_id": ids[:3], "text": TEXTS[:3], "label": labels[:3]}),
+        second({"doc_id": ids[3:], "text": TEXTS[3:], "label": labels[3:]}),
+    ]
+
+
+def write(store, run_id: str, batches, layout_version: int, created_at: str) -> dict:
+    writer = RunWriter(store, run_id, METHODS, layout=layout_version)
+    for batch in batches:
+        writer.write(batch)
+        writer.commit()  # one part per batch
+    writer.publish({"created_at": created_at, "config": {"methods": METHODS}})
+    return json.loads(layout.manifest_path(store, run_id).read_text())
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, batches):
+    root = tmp_path_factory.mktemp("layouts")
+    write(root, "one", batches, 1, "2026-01-01T00:00:00")
+    write(root, "two", batches, 2, "2026-01-02T00:00:00")
+    return root
+
+
+def rows(con, view: str, run_id: str, drop=("run_id",)) -> list[tuple]:
+    return con.execute(
+        f"select * exclude ({', '.join(drop)}) from {view} where run_id = ? order by all", [run_id]
+    ).fetchall()
+
+
+def test_every_view_returns_the_same_rows_in_both_layouts(store):
+    con = open_store(store)
+    assert sorted(p.name for p in layout.run_dir(store, "two").iterdir() if p.is_dir()) == [
+        "_parts", "docs", "errors", "faithfulness", "token_scores", "word_scores",
+    ]  # fmt: skip
+    assert (layout.run_dir(store, "one") / "tokens" / "method=rollout" / "layer=2").is_dir()
+    for view in TABLES:
+        old, new = rows(con, view, "one"), rows(con, view, "two")
+        assert old == new, view
+        if view not in ("heads", "head_similarity"):  # gathered only with --heads
+            assert old, view
+    layers = con.execute("select method, layer, count(distinct doc_id) from tokens where run_id = 'two' group by all")
+    assert ("rollout", 1, 2) in layers.fetchall()  # rollout's layer 1: the second batch's two scored documents
+    nan = con.execute("select count(*) from tokens where run_id = 'two' and isnan(score)").fetchone()[0]
+    assert nan == 0
+    first, second = (json.loads(layout.manifest_path(store, r).read_text()) for r in ("one", "two"))
+    assert first["counts"] == second["counts"] and second["counts"]["tokens"] > 0
+    assert "store_layout" not in first and second["store_layout"] == 2
+    assert second["slices"] == ["raw:1", "raw:2", "rollout:1", "rollout:2"]
+
+
+def test_the_views_keep_their_columns_and_types(store):
+    con = open_store(store)
+    expected = {
+        "tokens": "doc_id VARCHAR, position INTEGER, token VARCHAR, word_id INTEGER, score FLOAT, layer INTEGER, "
+        "method VARCHAR, run_id VARCHAR",
+        "words": "doc_id VARCHAR, word_id INTEGER, word VARCHAR, score FLOAT, raw_score FLOAT, lift FLOAT, "
+        "span_id INTEGER, joined VARCHAR, layer INTEGER, method VARCHAR, run_id VARCHAR",
+    }
+    for view, columns in expected.items():
+        described = con.execute(f"select * from {view} limit 0").description
+        assert ", ".join(f"{d[0]} {d[1]}" for d in described) == columns
+
+
+def test_a_union_of_runs_in_both_layouts_reads_each_document_once(store):
+    union = open_union(store, ["one", "two"], "all")
+    con = open_store(store)
+    for view in ("tokens", "words", "docs"):
+        got = union.execute(f"select * exclude (run_id, source_run_id) from {view} order by all").fetchall()
+        assert got == rows(con, view, "two"), view
+    sources = union.execute("select distinct source_run_id from words").fetchall()
+    assert sources == [("two",)]
+
+
+def test_a_run_of_an_unknown_layout_is_refused_in_one_sentence(tmp_path, batches, capsys):
+    write(tmp_path, "later", batches[:1], 2, "2026-01-01T00:00:00")
+    path = layout.manifest_path(tmp_path, "later")
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "store_layout": 3}))
+    with pytest.raises(StoreError, match=r"^run 'later' was written in store layout 3, which this version"):
+        open_store(tmp_path)
+    assert main(["sql", "select count(*) from words", "--store", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "store layout 3" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    path.write_text(json.dumps({**manifest, "slices": ["raw:1", 'x" from docs; --']}))
+    with pytest.raises(QueryError, match="that is not METHOD:LAYER"):
+        open_store(tmp_path)
+
+
+def test_a_run_staged_in_layout_1_is_finished_in_layout_1(tmp_path, batches):
+    writer = RunWriter(tmp_path, "r", METHODS, layout=1)
+    writer.write(batches[0])
+    writer.commit()
+    writer.abort(keep_parts=True)  # killed after one part; the new version resumes it
+    resumed = RunWriter(tmp_path, "r", METHODS)
+    assert resumed.layout == 1
+    resumed.write(batches[1])
+    resumed.publish({"created_at": "2026-01-01T00:00:00"})
+    write(tmp_path, "fresh", batches, 2, "2026-01-02T00:00:00")
+    con = open_store(tmp_path)
+    assert not (layout.run_dir(tmp_path, "r") / "token_scores").exists()
+    for view in ("tokens", "words", "docs", "errors"):
+        assert rows(con, view, "r") == rows(con, view, "fresh"), view
