@@ -45,7 +45,8 @@ from xai_ray.methods import AttentionOptions, get_method  # noqa: E402
 from xai_ray.scoring.rows import review_meta, row_schema, score_arrays, table_of  # noqa: E402
 from xai_ray.scoring.segments import MergedBatch  # noqa: E402
 from xai_ray.store.parts import ROW_GROUP_ROWS  # noqa: E402
-from xai_ray.store.tables import PARQUET_OPTIONS, part_tables  # noqa: E402
+from xai_ray.store.schemas import LAYOUT  # noqa: E402
+from xai_ray.store.tables import parquet_options, part_tables  # noqa: E402
 from xai_ray.words import join_contractions, merge_batch  # noqa: E402
 
 TOKENS, WORDS = 512, 400
@@ -242,13 +243,17 @@ class clock_of:
         self.clock[self.stage] = self.clock.get(self.stage, 0.0) + time.process_time() - self.started
 
 
-def encode(table: pa.Table, methods, clock: dict) -> int:
-    """The store's tables of ``table`` encoded as Parquet in memory; returns their bytes."""
+# Before: the previous store layout (1: a row per method x layer x token); after: this checkout's.
+LAYOUTS = {"before": 1, "after": LAYOUT}
+
+
+def encode(table: pa.Table, methods, clock: dict, layout: int = LAYOUT) -> int:
+    """The store's tables of ``table`` in store ``layout``, encoded as Parquet in memory; returns their bytes."""
     size = 0
     with clock_of(clock, "encode + write"):
-        for part in part_tables(table, list(methods)).merged().values():
+        for part in part_tables(table, list(methods), layout=layout).merged().values():
             sink = io.BytesIO()
-            pq.write_table(part, sink, row_group_size=ROW_GROUP_ROWS, **PARQUET_OPTIONS)
+            pq.write_table(part, sink, row_group_size=ROW_GROUP_ROWS, **parquet_options(part))
             size += sink.tell()
     return size
 
@@ -273,7 +278,7 @@ def measure(shape: str, n_docs: int, batch_size: int, repeats: int) -> dict:
             tables = {}
             for path, run in (("before", before), ("after", after)):
                 tables[path] = run(batch, methods, clocks[path])
-                sizes[path] += encode(tables[path], methods, clocks[path])
+                sizes[path] += encode(tables[path], methods, clocks[path], LAYOUTS[path])
             same_rows(tables["before"], tables["after"], methods)
     reviews = n_docs * repeats
     return {

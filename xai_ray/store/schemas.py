@@ -10,7 +10,7 @@ import re
 import pyarrow as pa
 
 LAYOUT = 2  # the store layout this version writes (recorded in each manifest as ``store_layout``)
-LAYOUTS = (1, 2)  # the layouts it reads: 1 = a manifest without ``store_layout`` (xai-ray before issue 25)
+LAYOUTS = (1, 2)  # the layouts it reads: 1 = a manifest without ``store_layout`` (written before layout 2)
 
 DOCS = pa.schema(
     [
