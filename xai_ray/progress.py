@@ -68,11 +68,12 @@ class Progress:
         total: int | float | None,
         what: str,
         unit: str = "items",
-        every: float = LINE_EVERY_S,
+        every: float | None = None,
         stream=None,
         heartbeat: bool = False,
         waiting: str = "",
     ) -> None:
+        every = LINE_EVERY_S if every is None else every  # read now: a test may have lowered it
         self.total, self.what, self.unit, self.every, self.waiting = total, what, unit, every, waiting
         self.stream = stream or sys.stderr
         self.done: float = 0

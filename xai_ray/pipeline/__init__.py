@@ -20,6 +20,7 @@ import pandas as pd
 
 from xai_ray.config import RunConfig, resolve_target
 from xai_ray.model.loading import describe_model
+from xai_ray.pipeline import pool
 from xai_ray.pipeline.writing import IDENTITY_KEYS, build_manifest, open_writer, resolved, write, write_parts
 from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.runtime import check_actor_fits, ensure_ray
@@ -73,6 +74,7 @@ def run(cfg: RunConfig) -> RunResult:
             corpus = read(cfg)
             ensure_ray()
             check_actor_fits(actor_gpus(cfg), cfg.cpus_per_actor)  # before the staging exists
+            start_actors(cfg)  # they load the model while the corpus is screened
         except BaseException:  # refused before anything was scored: leave no log or empty store behind
             _remove_refused(logged, created)
             raise
@@ -125,9 +127,12 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
         )
     rows = score(screened, cfg) if counts["todo"] else None
     n_input = counts["rows"] - counts["unchanged"]  # the rows this run accounts for, in docs or errors
-    run_dir, manifest = write(
-        rows, cfg, run_id, n_input=n_input, started=started, model=model, writer=writer, screened=screened
-    )
+    try:
+        run_dir, manifest = write(
+            rows, cfg, run_id, n_input=n_input, started=started, model=model, writer=writer, screened=screened
+        )
+    finally:
+        pool.after_run()  # a cluster's actors hold CPUs: released; one node's stay warm
     summary = aggregate(cfg.store, run_id, cfg.top_k)
     log.info("run %s: %s", run_id, summary)
     out = report(cfg.store, run_id, layout.report_path(cfg.store, run_id)) if cfg.report else None
@@ -192,36 +197,32 @@ def score(rows, cfg: RunConfig):
     import ray
     from ray.data import ActorPoolStrategy
 
-    from xai_ray.scoring.actor import Scorer
     from xai_ray.scoring.deferred import DeferredMethods
     from xai_ray.scoring.settings import ScorerConfig
 
     ensure_ray()
     gpus = actor_gpus(cfg)
     check_actor_fits(gpus, cfg.cpus_per_actor)  # else a pool no node can hold waits forever
-    actors = cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor)
+    workers = start_actors(cfg)  # the warm pool when it holds this model (pipeline.pool)
+    actors = len(workers.actors)
     dataset, n_docs = _scorer_input(rows, cfg, actors)
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
     defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
     deferred = [m for m in cfg.methods if m == "flow"] if defer else []
     config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
-    # A killed actor is restarted (its constructor reloads the model) and the block it held is run
-    # again: Ray Data's defaults for actor pools (restarts and task retries without limit), passed as
-    # no remote args here. tests/test_faults_ray.py kills an actor mid-run and checks every document
-    # is published once, so a change of those defaults fails a test rather than a user's run.
-    # Application errors are not retried: the scorer records them.
-    # One batch in flight per actor: a batch is handed to whichever actor is free, not queued
-    # behind a busy one (Ray's default of 2 left one of two CPU actors idle for the last 29 s of a
-    # 600-review run; with 1 they finished 10 s apart). Inputs are texts, so no transfer to hide.
+    # One task per batch, as many at once as the pool has actors, each handing its batch to a free
+    # actor (pipeline.pool): one batch in flight per actor, given to whichever is free, not queued
+    # behind a busy one (Ray Data's default of 2 a actor left one of two CPU actors idle for the
+    # last 29 s of a 600-review run). The tasks only wait: they ask for no CPU. A killed actor is
+    # restarted and its batch run again (pool.start); application errors are recorded by the scorer.
     scored = dataset.map_batches(
-        Scorer,
-        fn_constructor_kwargs={"config": config},
+        pool.score_on_pool,
+        fn_kwargs={"leases": workers.leases, "config": config},
         batch_size=cfg.batch_size,
         batch_format="numpy",
-        compute=ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
-        num_gpus=gpus,
-        num_cpus=cfg.cpus_per_actor,
+        compute=ray.data.TaskPoolStrategy(size=actors),
+        num_cpus=0,
     )
     if deferred:
         # Flow is CPU work: GPU actors hand it the compact fused attention and move on.
@@ -236,6 +237,12 @@ def score(rows, cfg: RunConfig):
         )
     log.info("scoring %d documents on %d actor(s), %.0f GPU each", n_docs, actors, gpus)
     return scored
+
+
+def start_actors(cfg: RunConfig) -> pool.Pool:
+    """The scoring actors for ``cfg`` (``pipeline.pool``): started now, or this process's warm ones."""
+    gpus = actor_gpus(cfg)
+    return pool.start(cfg, cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor), gpus)
 
 
 def actor_gpus(cfg: RunConfig) -> float:
