@@ -74,7 +74,7 @@ def run(cfg: RunConfig) -> RunResult:
             corpus = read(cfg)
             ensure_ray()
             check_actor_fits(actor_gpus(cfg), cfg.cpus_per_actor)  # before the staging exists
-            start_actors(cfg)  # they load the model while the corpus is screened
+            start_actors(cfg, early=True)  # they load the model while the corpus is screened
         except BaseException:  # refused before anything was scored: leave no log or empty store behind
             _remove_refused(logged, created)
             raise
@@ -240,10 +240,11 @@ def score(rows, cfg: RunConfig):
     return scored
 
 
-def start_actors(cfg: RunConfig) -> pool.Pool:
-    """The scoring actors for ``cfg`` (``pipeline.pool``): started now, or this process's warm ones."""
+def start_actors(cfg: RunConfig, early: bool = False) -> pool.Pool | None:
+    """The scoring actors for ``cfg`` (``pipeline.pool``): started now, or this process's warm ones.
+    ``early`` (before screening): only where they hold no CPU that screening waits for (one node)."""
     gpus = actor_gpus(cfg)
-    return pool.start(cfg, cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor), gpus)
+    return pool.start(cfg, cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor), gpus, early=early)
 
 
 def actor_gpus(cfg: RunConfig) -> float:

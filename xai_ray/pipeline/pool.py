@@ -13,7 +13,8 @@ batch that hands the batch to a free actor of the pool (one batch in flight per 
 whichever is free, never queued behind a busy one) and returns its rows. On one node the actors hold
 no CPU in Ray's books, so the reading, screening and writing tasks run beside an idle warm pool
 rather than wait for it; torch still uses ``cpus_per_actor`` threads in each. On a cluster they hold
-their CPUs (Ray spreads them over the nodes), and the pool is released after each run.
+their CPUs (Ray spreads them over the nodes), so they start after screening (whose tasks would
+wait for those CPUs) and are released after each run.
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ def identity(cfg) -> dict:
     }
 
 
-def start(cfg, actors: int, gpus: float) -> Pool:
+def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
     """The pool for ``cfg``'s model: this process's warm one when it matches, else a new one (the old
-    released). Returns at once: the actors load the model in the background."""
+    released). Returns at once: the actors load the model in the background. ``early`` (before
+    screening): None on a cluster, whose actors would hold the CPUs the screening tasks wait for."""
     import ray
     from ray.util.queue import Queue
 
@@ -88,8 +90,10 @@ def start(cfg, actors: int, gpus: float) -> Pool:
     current = _pool.get("current")
     if current is not None and current.key == key:
         return current
-    release()
     kept = nodes == 1
+    if early and not kept:
+        return None
+    release()
     host = ray.remote(ScorerHost).options(
         num_cpus=0 if kept else cfg.cpus_per_actor,
         num_gpus=gpus,
