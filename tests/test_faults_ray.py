@@ -26,7 +26,7 @@ from xai_ray.data.corpus import read_corpus
 from xai_ray.query.connection import open_store
 
 IMDB = Path(__file__).resolve().parents[2] / "shared" / "data" / "imdb" / "train.parquet"
-SCORER_ACTOR = "MapWorker(MapBatches(Scorer))"
+SCORER_ACTOR = "ScorerHost"  # pipeline.pool.HOST
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 

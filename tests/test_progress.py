@@ -80,3 +80,42 @@ def test_warnings_and_library_loggers_go_to_the_log_file_not_the_terminal(tmp_pa
         assert "old api" not in captured.err and "ray says" not in captured.err
     finally:
         logging.captureWarnings(False)
+
+
+def test_a_heartbeat_writes_a_line_before_anything_is_done_into_the_log_too(tmp_path):
+    log_file = progress.route_noise(tmp_path / "run.log")
+    progress.configure(bars=False)
+    try:
+        out = io.StringIO()
+        bar = Progress(8, "scoring", "documents", every=0.2, stream=out, heartbeat=True, waiting="actors starting")
+        time.sleep(0.7)  # nothing arrives: the heartbeat speaks for it
+        assert len(bar.lines) >= 2, bar.lines
+        assert bar.lines[0].startswith("scoring: 0/8 documents (0%)") and bar.lines[0].endswith("; actors starting")
+        bar.update(8)
+        bar.close()
+        n = len(bar.lines)
+        time.sleep(0.5)
+        assert len(bar.lines) == n  # closed: the heartbeat stopped
+        assert bar.lines[-1].startswith("scoring: 8/8 documents (100%)") and "actors starting" not in bar.lines[-1]
+        logged = log_file.read_text()
+        assert logged.count("xai_ray.progress: scoring: 0/8 documents") >= 2 and "scoring: 8/8" in logged
+    finally:
+        progress.configure()
+
+
+def test_quiet_and_bars_still_log_progress_lines(tmp_path):
+    log_file = progress.route_noise(tmp_path / "run.log")
+    for quiet, bars in ((True, None), (False, True)):
+        progress.configure(quiet=quiet, bars=bars)
+        try:
+            out = io.StringIO()
+            bar = Progress(3, f"quiet={quiet}", "documents", every=0.1, stream=out, heartbeat=True)
+            time.sleep(0.35)
+            bar.update(3)
+            bar.close()
+            assert bar.lines == [] and ("xai-ray:" not in out.getvalue())  # nothing as lines on the terminal
+        finally:
+            progress.configure()
+    logged = log_file.read_text()
+    assert "quiet=True: 0/3 documents" in logged and "quiet=True: 3/3 documents (100%)" in logged
+    assert "quiet=False: 0/3 documents" in logged and "quiet=False: 3/3 documents (100%)" in logged

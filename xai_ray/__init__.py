@@ -4,6 +4,7 @@ In a notebook::
 
     import xai_ray
     run = xai_ray.run(data="../shared/data/imdb/train.parquet", model="minilm", limit=50, store="store")
+    # Ray and the model's actors stay warm for the next run; xai_ray.shutdown() releases them
     run.docs(); run.words(); run.topk(); run.report()
     con = xai_ray.open_store("store")                    # read-only SQL over the views: con.sql(...)
     xai_ray.explain("A slow start, but superb.", model="minilm")  # renders inline; .scores
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 # The notebook API lives in xai_ray.api and loads on first use, so `xai-ray --help` stays quick.
 API = (
     "run",
+    "shutdown",
     "open_store",
     "explain",
     "Run",

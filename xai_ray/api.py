@@ -46,8 +46,22 @@ def run(
     progress.configure(quiet=quiet)
     flags = {"data": str(data), "model": str(model), "methods": methods, "store": str(store), **keys}
     cfg = config_module.resolve(config, flags)
+    # Ray and the scoring actors stay up after the run: the next run with this model starts scoring
+    # at once (xai_ray.shutdown() releases them)
     result = pipeline.run(cfg)  # the command's own path (a URI store goes through its mirror)
     return Run(store=remote.local_store(cfg.store), run_id=result.run_id, manifest=result.manifest, page=result.report)
+
+
+def shutdown() -> None:
+    """Release what ``run`` keeps for the kernel's life: the warm scoring actors (a second run with
+    the same model scores at once on them) and the local Ray it started. Done at exit too."""
+    import ray
+
+    from xai_ray.pipeline import pool
+
+    pool.release()
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def open_store(

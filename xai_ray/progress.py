@@ -3,7 +3,10 @@
 On a terminal a command shows a bar (tqdm) with rate and ETA; anywhere else (a log file, cron, a
 CI job) it writes one line at most every ``LINE_EVERY_S`` seconds, plus one at the end. ``--quiet``
 turns both off. The ETA is the remaining count over the mean rate since the start (Ray Data
-delivers in bursts, so a recent-window rate would jump around).
+delivers in bursts, so a recent-window rate would jump around). A ``heartbeat`` bar also writes a
+line when nothing arrives for ``LINE_EVERY_S`` (actors starting, a first batch of long reviews), and
+every line also goes to the run's log file, bars and ``--quiet`` included: a log read from afar
+shows what is running, how far and for how long.
 
 Ray's and setuptools' chatter (the C++ core worker's warnings, Ray Data's plan logs, deprecation
 warnings) goes to a log file, not to the user: ``route_noise(path)`` sends Python warnings and the
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -23,7 +27,7 @@ from pathlib import Path
 
 log = logging.getLogger("xai_ray")
 
-LINE_EVERY_S = 30.0
+LINE_EVERY_S = float(os.environ.get("XAI_RAY_PROGRESS_EVERY_S") or 30.0)
 _state: dict = {"quiet": False, "bars": None, "handler": None}  # bars None: bars on a terminal only
 
 
@@ -54,18 +58,31 @@ def eta(done: float, total: float, elapsed: float) -> float | None:
 
 
 class Progress:
-    """``with Progress(total, "scoring", "documents") as p: p.update(n)``; also ``p.set(done)``."""
+    """``with Progress(total, "scoring", "documents") as p: p.update(n)``; also ``p.set(done)``.
+
+    ``heartbeat``: a line every ``every`` seconds even when nothing arrives, saying ``waiting`` (what
+    runs meanwhile) until the first item is done."""
 
     def __init__(
-        self, total: int | float | None, what: str, unit: str = "items", every: float = LINE_EVERY_S, stream=None
+        self,
+        total: int | float | None,
+        what: str,
+        unit: str = "items",
+        every: float | None = None,
+        stream=None,
+        heartbeat: bool = False,
+        waiting: str = "",
     ) -> None:
-        self.total, self.what, self.unit, self.every = total, what, unit, every
+        every = LINE_EVERY_S if every is None else every  # read now: a test may have lowered it
+        self.total, self.what, self.unit, self.every, self.waiting = total, what, unit, every, waiting
         self.stream = stream or sys.stderr
         self.done: float = 0
         self.started = self.last_line = time.perf_counter()
         self.bar = None
         self.lines: list[str] = []  # what was written as lines (tests read it)
         self.shown: float = 0  # the count the last line showed
+        self.lock = threading.Lock()  # the heartbeat thread and the caller both write lines
+        self.stopped = threading.Event()
         if is_quiet():
             self.mode = "quiet"
         elif _state["bars"] if _state["bars"] is not None else _isatty(self.stream):
@@ -77,6 +94,21 @@ class Progress:
             )  # smoothing 0: the mean rate, as the lines use
         else:
             self.mode = "lines"
+        if heartbeat and every > 0:
+            threading.Thread(target=self._beat, name=f"progress: {what}", daemon=True).start()
+
+    def _beat(self) -> None:
+        """Until closed: a line whenever ``every`` seconds passed without one."""
+        while not self.stopped.wait(max(0.05, self.every - (time.perf_counter() - self.last_line))):
+            with self.lock:
+                if self.stopped.is_set() or time.perf_counter() - self.last_line < self.every:
+                    continue
+                if self.bar is not None:
+                    self.bar.refresh()  # the bar's elapsed time moves on the terminal
+                    self._log(self.line())
+                    self.last_line = time.perf_counter()
+                else:
+                    self._line()
 
     def __enter__(self) -> Progress:
         return self
@@ -88,11 +120,15 @@ class Progress:
         self.set(self.done + n)
 
     def set(self, done: float) -> None:
-        step, self.done = done - self.done, done
-        if self.bar is not None:
-            self.bar.update(step)
-        elif self.mode == "lines" and time.perf_counter() - self.last_line >= self.every:
-            self._line()
+        with self.lock:
+            step, self.done = done - self.done, done
+            if self.bar is not None:
+                self.bar.update(step)
+                if time.perf_counter() - self.last_line >= self.every:
+                    self._log(self.line())
+                    self.last_line = time.perf_counter()
+            elif time.perf_counter() - self.last_line >= self.every:
+                self._line()
 
     def line(self) -> str:
         elapsed = time.perf_counter() - self.started
@@ -101,6 +137,8 @@ class Progress:
         share = f" ({self.done / self.total:.0%})" if self.total else ""
         left = eta(self.done, self.total or 0, elapsed)
         tail = f", ETA {format_seconds(left)}" if left is not None and self.done < (self.total or 0) else ""
+        if self.done == 0 and self.waiting:
+            tail += f"; {self.waiting}"
         return (
             f"{self.what}: {_count(self.done)}{of} {self.unit}{share}, {rate:.3g} {self.unit}/s, "
             f"{format_seconds(elapsed)} elapsed{tail}"
@@ -108,17 +146,29 @@ class Progress:
 
     def _line(self) -> None:
         text = self.line()
-        self.lines.append(text)
-        print(f"xai-ray: {text}", file=self.stream, flush=True)
+        if self.mode == "lines":
+            self.lines.append(text)
+            print(f"xai-ray: {text}", file=self.stream, flush=True)
+        self._log(text)  # quiet too: the log file is not the terminal
         self.last_line, self.shown = time.perf_counter(), self.done
 
+    @staticmethod
+    def _log(text: str) -> None:
+        """A progress line into the run's log file (``route_noise``) only: stderr has its own."""
+        handler = _state.get("handler")
+        if handler is not None:
+            handler.handle(logging.LogRecord("xai_ray.progress", logging.INFO, __file__, 0, text, None, None))
+
     def close(self, failed: bool = False) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-        elif self.mode == "lines" and not failed and self.done != self.shown:
-            self._line()  # the final count, whatever the interval
-        self.mode = "closed" if self.mode != "quiet" else "quiet"
+        self.stopped.set()
+        with self.lock:
+            if self.bar is not None:
+                self.bar.close()
+                self.bar = None
+                self._log(self.line())
+            elif self.mode in ("lines", "quiet") and not failed and self.done != self.shown:
+                self._line()  # the final count, whatever the interval
+            self.mode = "closed" if self.mode != "quiet" else "quiet"
 
 
 def _count(value) -> str:

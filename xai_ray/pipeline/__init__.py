@@ -21,6 +21,7 @@ import pandas as pd
 from xai_ray.config import RunConfig, resolve_target
 from xai_ray.methods import REGISTRY
 from xai_ray.model.loading import describe_model
+from xai_ray.pipeline import pool
 from xai_ray.pipeline.writing import IDENTITY_KEYS, build_manifest, open_writer, resolved, write, write_parts
 from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.runtime import check_actor_fits, ensure_ray
@@ -78,6 +79,7 @@ def run(cfg: RunConfig) -> RunResult:
                 read_rationales(cfg)
             ensure_ray()
             check_actor_fits(actor_gpus(cfg), cfg.cpus_per_actor)  # before the staging exists
+            start_actors(cfg, early=True)  # they load the model while the corpus is screened
         except BaseException:  # refused before anything was scored: leave no log or empty store behind
             _remove_refused(logged, created)
             raise
@@ -130,9 +132,12 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
         )
     rows = score(screened, cfg) if counts["todo"] else None
     n_input = counts["rows"] - counts["unchanged"]  # the rows this run accounts for, in docs or errors
-    run_dir, manifest = write(
-        rows, cfg, run_id, n_input=n_input, started=started, model=model, writer=writer, screened=screened
-    )
+    try:
+        run_dir, manifest = write(
+            rows, cfg, run_id, n_input=n_input, started=started, model=model, writer=writer, screened=screened
+        )
+    finally:
+        pool.after_run()  # a cluster's actors hold CPUs: released; one node's stay warm
     if cfg.rationales:  # agreement with the corpus's human rationales, before the aggregates read faithfulness
         from xai_ray.pipeline.plausibility import add_plausibility
 
@@ -201,36 +206,33 @@ def score(rows, cfg: RunConfig):
     import ray
     from ray.data import ActorPoolStrategy
 
-    from xai_ray.scoring.actor import Scorer
     from xai_ray.scoring.deferred import DeferredMethods
     from xai_ray.scoring.settings import ScorerConfig
 
     ensure_ray()
     gpus = actor_gpus(cfg)
     check_actor_fits(gpus, cfg.cpus_per_actor)  # else a pool no node can hold waits forever
-    actors = cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor)
-    dataset, n_docs = _scorer_input(rows, cfg, actors)
+    workers = start_actors(cfg)  # the warm pool when it holds this model (pipeline.pool)
+    actors = len(workers.actors)
+    batch = even_batch(cfg.batch_size, _count(rows), actors)
+    dataset, n_docs = _scorer_input(rows, replace(cfg, batch_size=batch), actors)
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
     defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
     deferred = [m for m in cfg.methods if REGISTRY[m].host_stage] if defer else []  # methods run on the host
     config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
-    # A killed actor is restarted (its constructor reloads the model) and the block it held is run
-    # again: Ray Data's defaults for actor pools (restarts and task retries without limit), passed as
-    # no remote args here. tests/test_faults_ray.py kills an actor mid-run and checks every document
-    # is published once, so a change of those defaults fails a test rather than a user's run.
-    # Application errors are not retried: the scorer records them.
-    # One batch in flight per actor: a batch is handed to whichever actor is free, not queued
-    # behind a busy one (Ray's default of 2 left one of two CPU actors idle for the last 29 s of a
-    # 600-review run; with 1 they finished 10 s apart). Inputs are texts, so no transfer to hide.
+    # One task per batch, as many at once as the pool has actors, each handing its batch to a free
+    # actor (pipeline.pool): one batch in flight per actor, given to whichever is free, not queued
+    # behind a busy one (Ray Data's default of 2 a actor left one of two CPU actors idle for the
+    # last 29 s of a 600-review run). The tasks only wait: they ask for no CPU. A killed actor is
+    # restarted and its batch run again (pool.start); application errors are recorded by the scorer.
     scored = dataset.map_batches(
-        Scorer,
-        fn_constructor_kwargs={"config": config},
-        batch_size=cfg.batch_size,
+        pool.score_on_pool,
+        fn_kwargs={"leases": workers.leases, "config": config},
+        batch_size=batch,
         batch_format="numpy",
-        compute=ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
-        num_gpus=gpus,
-        num_cpus=cfg.cpus_per_actor,
+        compute=ray.data.TaskPoolStrategy(size=actors),
+        num_cpus=0,
     )
     if deferred:
         # Flow is CPU work: GPU actors hand it the compact fused attention and move on.
@@ -247,6 +249,13 @@ def score(rows, cfg: RunConfig):
     return scored
 
 
+def start_actors(cfg: RunConfig, early: bool = False) -> pool.Pool | None:
+    """The scoring actors for ``cfg`` (``pipeline.pool``): started now, or this process's warm ones.
+    ``early`` (before screening): only where they hold no CPU that screening waits for (one node)."""
+    gpus = actor_gpus(cfg)
+    return pool.start(cfg, cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor), gpus, early=early)
+
+
 def actor_gpus(cfg: RunConfig) -> float:
     """GPUs a scoring actor asks for: ``gpus_per_actor``, or 1 when the cluster has a GPU, else 0."""
     import ray
@@ -254,6 +263,24 @@ def actor_gpus(cfg: RunConfig) -> float:
     if cfg.gpus_per_actor is not None:
         return float(cfg.gpus_per_actor)
     return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+
+
+def even_batch(batch_size: int, n_docs: int | None, actors: int) -> int:
+    """Documents a batch, so that the actors finish together: at least 4 batches an actor. The last
+    batches are the shortest (longest reviews first), so an actor idles at the end for a fraction
+    of one small batch; at 64 a batch, 200 reviews on 2 actors went 128 + 72 (one actor idle for
+    the last 56 of them). An actor still forwards ``max_tokens_per_batch`` at a time."""
+    if not n_docs:
+        return batch_size
+    return max(1, min(batch_size, -(-n_docs // (4 * actors))))
+
+
+def _count(rows) -> int | None:
+    """How many documents ``score`` was given, when known without reading them."""
+    if isinstance(rows, pd.DataFrame):
+        return len(rows)
+    counts = getattr(rows, "counts", None)
+    return counts["todo"] if counts else None
 
 
 def _scorer_input(rows, cfg: RunConfig, actors: int):

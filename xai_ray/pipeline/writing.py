@@ -41,7 +41,8 @@ from xai_ray.store.tables import stage_seconds
 from xai_ray.store.writer import RunWriter
 
 log = logging.getLogger("xai_ray")
-READ_ERRORS_PART = "read"  # the one part holding the screened-out rows: a resumed run rewrites it in place
+READ_ERRORS_PART = "read"
+WAITING = "waiting for the first batch (actors starting, loading the model, scoring)"  # the one part holding the screened-out rows: a resumed run rewrites it in place
 
 
 # What shapes a run's outputs: a resumed run must agree on all of these with its first attempt.
@@ -195,7 +196,9 @@ def write(
     started = started or time.perf_counter()
     writer = writer or open_writer(cfg, run_id)
     n_todo = screened.counts["todo"] if screened is not None else (len(todo) if todo is not None else n_input)
-    bar = Progress(n_todo, "scoring", "documents")
+    # A line every LINE_EVERY_S from here, before the first part too: actors starting and a first
+    # batch of long reviews can take minutes, and a silent log reads as a hung job.
+    bar = Progress(n_todo, "scoring", "documents", heartbeat=True, waiting=WAITING)
     actor_seconds: dict[str, float] = {}  # summed over actors: where the scoring time went
     score_started = time.perf_counter()
     done = 0

@@ -41,9 +41,10 @@ log = logging.getLogger("xai_ray.scoring.actor")
 class Scorer:
     """Callable class for ``Dataset.map_batches``: scores a batch of ``{doc_id, text, label}``.
 
-    ``config``: a ``ScorerConfig`` (or a mapping of run-config keys, checked the same way)."""
+    ``config``: a ``ScorerConfig`` (or a mapping of run-config keys, checked the same way);
+    ``loaded``: the model already loaded for it (``pipeline.pool``: a warm actor keeps it between runs)."""
 
-    def __init__(self, config: ScorerConfig | dict) -> None:
+    def __init__(self, config: ScorerConfig | dict, loaded=None) -> None:
         import torch
         import transformers
 
@@ -55,7 +56,7 @@ class Scorer:
         self.config = config
         torch.set_num_threads(max(1, int(config.run.cpus_per_actor or 1)))
         self.device = "cuda" if torch.cuda.is_available() and config.gpus_per_actor else "cpu"
-        loaded = load_model(
+        loaded = loaded or load_model(
             config.run.model,
             allow_pickle=config.run.allow_pickle,
             trust_remote_code=config.run.trust_remote_code,

@@ -1,0 +1,154 @@
+"""What a run costs beyond its documents: the README's main job against the bare forward.
+
+    bash scripts/loopback.sh .venv/bin/python bench/startup.py [MODEL] [DATA] [N] [--skip old]
+
+In one run, each in its own process, on the same N reviews (default 200, the README's main job):
+  run    the whole `xai-ray run --limit N` (imports, Ray start, screening, actors, scoring, publish,
+         summary, report), wall time to exit
+  old    the same command with the scoring stage as it was before the warm pool (Ray Data's own
+         actor pool, started after screening; kept below as code), wall time to exit
+  fwd    the bare forward of the same reviews: fused SDPA, length-sorted batches, no capture; the
+         forward alone (its process's imports and model load not counted)
+then each run's phases from its log (until reading, Ray and screening, scoring, publishing and
+the rest) and the ratios run/fwd (goal <= 2) and run/old.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def forward_seconds(model_name: str, data: str, n: int, max_length: int) -> float:
+    import torch
+    from throughput import batches, texts_for
+
+    from xai_ray.model.loading import load_model
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    _, texts = texts_for(data, n)
+    loaded = load_model(model_name, attn_implementation="sdpa")
+    model, tok = loaded.model, loaded.tokenizer
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for group in batches(tok, texts, max_length):
+            model(**tok(group, truncation=True, max_length=max_length, padding=True, return_tensors="pt"))
+    return time.perf_counter() - start
+
+
+def old_score(rows, cfg):
+    """The scoring stage before the warm pool: Ray Data's actor pool of ``Scorer``, started when the
+    dataset runs (after screening), its actors gone with it."""
+    from ray.data import ActorPoolStrategy
+
+    from xai_ray import pipeline
+    from xai_ray.runtime import check_actor_fits, ensure_ray
+    from xai_ray.scoring.actor import Scorer
+    from xai_ray.scoring.settings import ScorerConfig
+
+    ensure_ray()
+    gpus = pipeline.actor_gpus(cfg)
+    check_actor_fits(gpus, cfg.cpus_per_actor)
+    actors = cfg.actors or pipeline._auto_actors(gpus, cfg.cpus_per_actor)
+    dataset, _ = pipeline._scorer_input(rows, cfg, actors)
+    return dataset.map_batches(
+        Scorer,
+        fn_constructor_kwargs={"config": ScorerConfig.of(cfg, gpus_per_actor=gpus)},
+        batch_size=cfg.batch_size,
+        batch_format="numpy",
+        compute=ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
+        num_gpus=gpus,
+        num_cpus=cfg.cpus_per_actor,
+    )
+
+
+def old_cli(argv: list[str]) -> int:
+    """``xai-ray ARGS`` with the old scoring stage and no early actor start."""
+    from xai_ray import pipeline
+    from xai_ray.cli.main import main
+
+    pipeline.score = old_score
+    pipeline.start_actors = lambda cfg: None
+    return main(argv)
+
+
+def whole_run(variant: str, model: str, data: str, n: int) -> dict:
+    with tempfile.TemporaryDirectory() as store:
+        args = ["run", "--data", data, "--limit", str(n), "--model", model, "--store", store]
+        if variant == "run":
+            cmd = [sys.executable, "-m", "xai_ray.cli", *args]
+        else:
+            cmd = [sys.executable, __file__, "--old-cli", *args]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        start = time.time()
+        subprocess.run(cmd, check=True, capture_output=True, env=env)
+        seconds = time.time() - start
+        logs = list((Path(store) / "logs").glob("*.log"))
+        return {"seconds": seconds, "phases": phases(logs[0].read_text(), start, seconds) if logs else {}}
+
+
+MARKS = (
+    ("until reading", "reading "),
+    ("Ray start", "starting "),
+    ("screening", "screened "),
+    ("scoring", "published run "),
+    ("summary", "top_words"),
+)
+
+
+def phases(log: str, start: float, total: float) -> dict:
+    """Seconds of each phase, from the log's timestamps (the rest: summary, report, exit)."""
+    found, last = {}, start
+    for name, mark in MARKS:
+        match = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\s.*" + re.escape(mark), log, re.M)
+        if match:
+            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            found[name], last = at - last, at
+    found["report, exit"] = start + total - last
+    return found
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--old-cli":
+        raise SystemExit(old_cli(sys.argv[2:]))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", nargs="?", default="minilm")
+    parser.add_argument("data", nargs="?", default=str(ROOT.parent / "shared/data/imdb/train.parquet"))
+    parser.add_argument("n", nargs="?", type=int, default=200)
+    parser.add_argument("--skip", default="", help="variants to leave out: old")
+    parser.add_argument("--forward-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.forward_only:
+        print(json.dumps({"seconds": forward_seconds(args.model, args.data, args.n, 512)}))
+        return
+    print(f"model {args.model}, {args.n} IMDB reviews (the README's main job), {os.cpu_count()} CPUs")
+    fwd_cmd = [sys.executable, __file__, args.model, args.data, str(args.n), "--forward-only"]
+    fwd = json.loads(subprocess.run(fwd_cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+    results = {"run": whole_run("run", args.model, args.data, args.n)}
+    if "old" not in args.skip:
+        results["old"] = whole_run("old", args.model, args.data, args.n)
+    print(f"{'fwd: bare forward (SDPA, batched)':<44}{fwd['seconds']:>8.1f} s")
+    for name, result in results.items():
+        label = "run: xai-ray run, whole" if name == "run" else "old: xai-ray run, old scoring stage"
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in result["phases"].items())
+        print(f"{label:<44}{result['seconds']:>8.1f} s   ({parts})")
+    print(f"ratio run/fwd: {results['run']['seconds'] / fwd['seconds']:.2f}   goal <= 2")
+    if "old" in results:
+        print(f"ratio old/fwd: {results['old']['seconds'] / fwd['seconds']:.2f}")
+        print(f"ratio run/old: {results['run']['seconds'] / results['old']['seconds']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

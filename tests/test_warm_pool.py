@@ -1,0 +1,68 @@
+"""A notebook keeps Ray and its scoring actors warm: the second ``xai_ray.run`` with the same model
+scores on the same actor processes, another model gets new ones, ``xai_ray.shutdown()`` ends them.
+And a run's log shows progress lines before its first batch is done."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+import xai_ray
+from xai_ray import progress
+from xai_ray.pipeline import pool
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+
+TEXTS = [f"review {i}: the plot was {'good' if i % 2 else 'boring'} and the acting {i}" for i in range(12)]
+
+
+def scorer_actors(ray) -> dict[str, int]:
+    """The live pool actors in Ray's actor table: id -> process id."""
+    actors = ray._private.state.actors().values()
+    return {a["ActorID"]: a["Pid"] for a in actors if a["ActorClassName"] == pool.HOST and a["State"] == "ALIVE"}
+
+
+def notebook_run(data, model, store, run_id):
+    return xai_ray.run(
+        data=data,
+        model=model,
+        methods=["raw", "rollout"],
+        store=store,
+        max_length=32,
+        batch_size=4,
+        actors=2,
+        report=False,
+        run_id=run_id,
+    )
+
+
+def test_the_second_run_reuses_the_warm_actors(ray_cluster, tiny_bert_dir, tiny_distilbert_dir, tmp_path, monkeypatch):
+    data = tmp_path / "reviews.parquet"
+    pd.DataFrame({"id": [f"r{i}" for i in range(12)], "text": TEXTS, "label": [i % 2 for i in range(12)]}).to_parquet(
+        data
+    )
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.25)  # the heartbeat's 30 s, shortened
+    first = notebook_run(data, tiny_bert_dir, tmp_path / "store", "first")
+    warm = scorer_actors(ray_cluster)
+    assert len(warm) == 2 and sorted(warm.values()) == sorted(pool.current().pids())
+
+    # Progress came before the first batch was done: lines with 0 documents, then the final count.
+    logged = (tmp_path / "store" / "logs" / "first.log").read_text()
+    lines = re.findall(r"scoring: (\d+)/12 documents.*", logged)
+    assert lines[0] == "0" and lines[-1] == "12", lines
+    assert "waiting for the first batch" in logged
+
+    second = notebook_run(data, tiny_bert_dir, tmp_path / "store", "second")
+    assert scorer_actors(ray_cluster) == warm  # same actors, same processes: nothing started again
+    assert first.counts["docs"] == second.counts["docs"] == 12
+    assert first.docs()[["doc_id", "pred"]].equals(second.docs()[["doc_id", "pred"]])  # same scores
+
+    other = notebook_run(data, tiny_distilbert_dir, tmp_path / "store", "other-model")
+    assert other.counts["docs"] == 12
+    fresh = scorer_actors(ray_cluster)
+    assert len(fresh) == 2 and not set(fresh) & set(warm)  # another model: the old pool released
+
+    xai_ray.shutdown()
+    assert pool.current() is None and not ray_cluster.is_initialized()

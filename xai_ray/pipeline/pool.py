@@ -1,0 +1,163 @@
+"""The scoring actors: a warm pool, started early and kept for the process's life.
+
+Each actor (``ScorerHost``) loads the model once; a run's settings (methods, lengths, heads...) come
+with every batch, and a ``Scorer`` is built on the loaded model when they change. So:
+
+- ``xai-ray run`` starts the actors as soon as Ray is up, and they load the model while the corpus is
+  read and screened (the model load was most of a short run's wait);
+- a notebook's second ``xai_ray.run`` with the same model finds the actors warm and starts scoring
+  at once; ``xai_ray.shutdown()``, another model, or the interpreter's exit release them.
+
+Ray Data still cuts the corpus into batches and writes the parts: its scoring stage is a task per
+batch that hands the batch to a free actor of the pool (one batch in flight per actor, given to
+whichever is free, never queued behind a busy one) and returns its rows. On one node the actors hold
+no CPU in Ray's books, so the reading, screening and writing tasks run beside an idle warm pool
+rather than wait for it; torch still uses ``cpus_per_actor`` threads in each. On a cluster they hold
+their CPUs (Ray spreads them over the nodes), so they start after screening (whose tasks would
+wait for those CPUs) and are released after each run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from dataclasses import dataclass
+
+log = logging.getLogger("xai_ray")
+HOST = "ScorerHost"  # the actors' class name in Ray's actor table (tests find them by it)
+_pool: dict = {}  # "current": the live Pool of this process, if any
+
+
+class ScorerHost:
+    """One actor of the pool: the model loaded once; ``score(config, batch)`` as ``Scorer`` scores it."""
+
+    def __init__(self, identity: dict, gpus: float, cpus: float) -> None:
+        import torch
+
+        from xai_ray.model.loading import load_model
+
+        torch.set_num_threads(max(1, int(cpus or 1)))
+        device = "cuda" if torch.cuda.is_available() and gpus else "cpu"
+        self.loaded = load_model(**identity, device=device)
+        self.config = self.scorer = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def score(self, config, batch: dict):
+        from xai_ray.scoring.actor import Scorer
+
+        if self.scorer is None or config != self.config:  # a run with other settings: same weights
+            self.scorer, self.config = Scorer(config, loaded=self.loaded), config
+        return self.scorer(batch)
+
+
+@dataclass
+class Pool:
+    key: tuple  # what the actors were started for: model identity, size, resources, Ray session
+    actors: list  # ActorHandles
+    leases: object  # a ray.util.queue.Queue holding the actors not scoring a batch now
+    kept: bool  # whether it outlives the run (one node) or is released after it (a cluster)
+
+    def pids(self) -> list[int]:
+        """The actors' process ids (waits for them to be up)."""
+        import ray
+
+        return ray.get([actor.pid.remote() for actor in self.actors])
+
+
+def identity(cfg) -> dict:
+    """What loading the model depends on: ``load_model``'s arguments."""
+    return {
+        "name": cfg.model,
+        "allow_pickle": cfg.allow_pickle,
+        "trust_remote_code": cfg.trust_remote_code,
+        "seed": cfg.seed,
+    }
+
+
+def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
+    """The pool for ``cfg``'s model: this process's warm one when it matches, else a new one (the old
+    released). Returns at once: the actors load the model in the background. ``early`` (before
+    screening): None on a cluster, whose actors would hold the CPUs the screening tasks wait for."""
+    import ray
+    from ray.util.queue import Queue
+
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    session = _session()
+    key = (tuple(sorted(identity(cfg).items())), actors, gpus, cfg.cpus_per_actor, nodes, session)
+    current = _pool.get("current")
+    if current is not None and current.key == key:
+        return current
+    kept = nodes == 1
+    if early and not kept:
+        return None
+    release()
+    host = ray.remote(ScorerHost).options(
+        num_cpus=0 if kept else cfg.cpus_per_actor,
+        num_gpus=gpus,
+        # A killed actor is restarted (its constructor reloads the model) and the batch it held is
+        # run again; tests/test_faults_ray.py kills one mid-run and checks every document once.
+        max_restarts=-1,
+        max_task_retries=-1,
+        scheduling_strategy="SPREAD",
+    )
+    handles = [host.remote(identity(cfg), gpus, cfg.cpus_per_actor) for _ in range(actors)]
+    leases = Queue(actor_options={"num_cpus": 0})
+    for handle in handles:
+        leases.put(handle)
+    _pool["current"] = pool = Pool(key=key, actors=handles, leases=leases, kept=kept)
+    log.info("starting %d scoring actor(s) for %s", actors, cfg.model)
+    return pool
+
+
+def _session() -> str:
+    """This Ray session's unique name: a cluster started again (a test module's, a notebook's after
+    ``xai_ray.shutdown()``) counts its jobs from 1 again, so job ids would match a dead pool."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    return getattr(node, "session_name", None) or ray.get_runtime_context().get_job_id()
+
+
+def score_on_pool(batch: dict, leases, config):
+    """A Ray Data task's work: the batch scored by whichever actor of the pool is free."""
+    import ray
+
+    actor = leases.get()  # blocks until one is free; as many tasks run as the pool has actors
+    try:
+        return ray.get(actor.score.remote(config, batch))
+    finally:
+        leases.put(actor)
+
+
+def current() -> Pool | None:
+    return _pool.get("current")
+
+
+def after_run() -> None:
+    """A cluster's pool holds CPUs in Ray's books: released when its run ends."""
+    pool = _pool.get("current")
+    if pool is not None and not pool.kept:
+        release()
+
+
+def release() -> None:
+    """End this process's actors, if any (a later run starts new ones)."""
+    pool = _pool.pop("current", None)
+    if pool is None:
+        return
+    import ray
+
+    if not ray.is_initialized():
+        return
+    for handle in [*pool.actors, getattr(pool.leases, "actor", None)]:
+        if handle is not None:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:  # already gone with its cluster: nothing to release
+                pass
+
+
+atexit.register(release)
