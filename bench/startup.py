@@ -80,7 +80,7 @@ def old_cli(argv: list[str]) -> int:
     from xai_ray.cli.main import main
 
     pipeline.score = old_score
-    pipeline.start_actors = lambda cfg: None
+    pipeline.start_actors = lambda cfg, **_: None
     return main(argv)
 
 
