@@ -256,8 +256,8 @@ def main() -> None:
         ("a", "d", ">= 2 on CPU"),
         ("a", "f", "(no target: a lean loop, not the seed's)"),
         ("e", "a", ">= 0.8"),
-        ("e", "b", ">= 0.75 (issue 17: the whole run against the bare forward; same n with --e2e-n N)"),
-        ("e", "d", ">= 2 (issue 17: the whole run against the seed loop)"),
+        ("e", "b", ">= 0.75 (the whole run against the bare forward; same n with --e2e-n N)"),
+        ("e", "d", ">= 2 (the whole run against the naive loop)"),
     ):
         if top in rates and bottom in rates:
             print(f"ratio {top}/{bottom}: {rates[top] / rates[bottom]:.2f}   target {target}")
