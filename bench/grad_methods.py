@@ -8,7 +8,7 @@ every run pays for raw/rollout/flow), the attention-gradient pass that grad_roll
 attn_x_grad share (one forward + backward, ``scoring.gradient_pass``, chunked as the scorer does)
 plus both methods' array math per review, the input x gradient pass, and integrated gradients
 (``--ig-steps``). Prints each one's seconds per review (best of ``--repeats``) and its ratio to
-the capture forward; the issue's goal is grad_rollout + attn_x_grad <= 3x.
+the capture forward; the target is grad_rollout + attn_x_grad <= 3x.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ measured here never read the model. Each stage's CPU time per review, in one run
     columns          the actor's output table (``scoring.rows.row_schema``)
     encode + write   the store's tables of those rows, encoded as Parquet in memory (the writer's
                      options; no files, no fsync), as ``bench/scale.py``'s encoding floor
-before: the per-document path until issue 25, kept below as code (float64 numpy per review,
+before: the per-document path before the batched one, kept below as code (float64 numpy per review,
         words by ``np.add.at`` per review, a Python dict per row and ``pa.Table.from_pylist``);
 after:  the scorer's path (``Method.scores`` on the whole (B, L, N, N) batch in float32 torch,
         ``words.merge_batch``, ``rows.score_arrays`` and ``rows.table_of``).
@@ -73,7 +73,7 @@ def synthetic(n_docs: int, n_layers: int, seed: int) -> dict:
     return {"attention": fused, "attention_gradients": weighted, "docs": docs}
 
 
-# ---------------------------------------------------------------- before: the path until issue 25, as it was
+# ---------------------------------------------------------------- before: the per-document path, as it was
 
 
 def old_as_layers(A) -> np.ndarray:
@@ -296,7 +296,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="reviews per scorer batch (default 8)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats, summed (default 3)")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # CPU time per review-core: one thread per actor, as the issue measures
+    torch.set_num_threads(1)  # CPU time per review-core: one thread per actor, as an actor runs
     results = {shape: measure(shape, args.docs, args.batch, args.repeats) for shape in SHAPES}
     print(f"CPU ms per review outside the forward, one thread, {TOKENS} tokens, {WORDS} words")
     print(f"{'shape':<36}{'path':<8}" + "".join(f"{s:>16}" for s in STAGES) + f"{'total':>10}{'KB':>8}")

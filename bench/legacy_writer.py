@@ -1,4 +1,4 @@
-"""Today's (issue 17) write path, kept verbatim for ``bench/scale.py``'s before/after comparison:
+"""The driver-side write path (before Ray workers wrote parts), kept verbatim for ``bench/scale.py``'s before/after comparison:
 the driver's ``RunWriter`` turning each batch into Python objects (``to_pylist``, a per-document
 ``np.asarray`` of every method's scores) before writing Parquet. Not used by xai_ray itself."""
 

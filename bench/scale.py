@@ -5,7 +5,7 @@
 (a) The write path alone, fed synthetic scorer output at the shape of bert-base x 3 methods
     (raw, rollout, flow) x 512 tokens, 12 layers x 12 heads (about 400 words a review, per-head
     statistics included), in one run:
-      before: today's path until issue 17 (``bench/legacy_writer.py``, a verbatim copy): the driver's
+      before: the driver-side path (``bench/legacy_writer.py``, a verbatim copy): the driver's
               RunWriter turns each batch into Python objects and writes Parquet;
       after:  the rows sit in Ray's object store, as the scoring actors leave them, and Ray workers
               write them as committed parts (``pipeline.write_parts``); the driver collects records and
@@ -136,7 +136,7 @@ def encode_only(blocks: list[pa.Table], layout: int) -> float:
     """Seconds to build the store tables of ``blocks`` and encode them as Parquet in memory, in this
     process on one core (the writer's options, no files, no fsync, no Ray), in parts of as many
     documents as the Ray writers' (``docs_per_part``): the floor under any write path that keeps
-    store ``layout`` (1: before issue 25, a table per method x layer; 2: a column per method x
+    store ``layout`` (1: the previous layout, a table per method x layer; 2: a column per method x
     layer), measured on the same rows."""
     import io
 

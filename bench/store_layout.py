@@ -5,7 +5,7 @@
 The same synthetic scorer rows (MiniLM's shape by default: 6 layers, raw + rollout, 512 tokens,
 ~400 words a review from a Zipf vocabulary; scores drawn from a gamma and normalised per review and
 layer, as attention shares are) are written by ``RunWriter`` in layout 1 (a table per method x
-layer: today's before issue 25) and in layout 2 (a row per token and word, a float column per
+layer: the previous layout) and in layout 2 (a row per token and word, a float column per
 method x layer), side by side in one store, on one core (no Ray: the work one writer does):
   - encode: building the tables and encoding them as Parquet in memory (the write path's floor);
   - write: the same, with files, fsync and the part records (``RunWriter``);
