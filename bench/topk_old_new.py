@@ -1,6 +1,6 @@
 """The top words of a run under the old statistic and the new one, side by side (README table).
 
-Old: the report's headline before issue 14: mean share (`words.score`) over occurrences, words
+Old: the report's earlier headline: mean share (`words.score`) over occurrences, words
 seen at least min(max(n/20, 2), 20) times, punctuation counted as words, contractions split.
 New: `xai_ray.query.top_words.topk` with its defaults (lift per review, then the mean over reviews, the
 default minimum documents, 95% t interval) and punctuation left out, as the report draws it.

@@ -1,7 +1,7 @@
 """The ``tokens`` and ``words`` views over runs of either store layout, as one SQL text each.
 
 A run in store layout 2 (``store.scores_v2``) keeps a part's tokens and words once, with a float
-column per method x layer; a run of layout 1 (xai-ray before issue 25) has a file per method x
+column per method x layer; a run of layout 1 (written before layout 2) has a file per method x
 layer. The view is the union of one select per method x layer the runs hold (``view_tokens.sql``
 with the slice filled in: a filter on method and layer leaves DuckDB one branch, which reads the
 id columns and that slice's column) and, when layout-1 runs are present, their select

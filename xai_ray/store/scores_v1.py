@@ -1,4 +1,4 @@
-"""Store layout 1 (xai-ray before issue 25, kept to read and write such runs): ``tokens`` and
+"""Store layout 1 (the earlier layout, kept to read and write such runs): ``tokens`` and
 ``words`` as long tables, one file per method and layer (``tokens/method=<m>/layer=<l>/``), each
 row repeating its document id and token or word text for every method x layer slice."""
 
