@@ -54,8 +54,8 @@ MEANINGS = {
     "window (overlapping windows merged per word), auto (what the model was fine-tuned with, "
     "recorded by `xai-ray finetune`; head for other models)",
     "window_stride": "long_text=window: tokens from one window's start to the next (null: half a window)",
-    "methods": "explanation methods, comma-separated: raw, rollout, flow, grad_rollout, attn_x_grad, "
-    "input_x_gradient, integrated_gradients",
+    "methods": "explanation methods, comma-separated: raw, norm (attention weighted by the norm of what "
+    "each token sends), rollout, flow, grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients",
     "residual": "how rollout and flow mix in the residual: half (0.5W + 0.5I) or none",
     "head_fusion": "how a layer's heads are fused: mean, max or min (max/min rows renormalised)",
     "discard_ratio": "share of each head row's lowest weights dropped before fusion ([CLS] never), in [0, 1)",

@@ -1,0 +1,97 @@
+"""Norm-based attention (``norm``) on tiny BERT, DistilBERT and RoBERTa models, against norms
+computed here in float64 from an eager model's attention weights and its value projection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from xai_ray.config import ConfigError, RunConfig
+from xai_ray.model import capture
+from xai_ray.model.loading import load_model
+from xai_ray.scoring.rows import rows_to_scores
+
+FAMILIES = ["bert", "distilbert", "roberta"]
+TEXTS = [
+    "The acting was unbelievable, playing wonderfully!",
+    "good",
+    "I loved the film and the story, not very boring.",
+    "bad movie",
+]
+# The value projection and the attention output projection of each layer, by module name.
+VALUE = (".attention.self.value", ".attention.v_lin")
+OUTPUT = (".attention.output.dense", ".attention.out_lin")
+
+
+def hand_norms(folder: str, text: str) -> np.ndarray:
+    """(L, n) [CLS]-row shares of || sum_h alpha^h_0j v^h_j W_O^h ||, one unpadded text, float64."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, attn_implementation="eager").eval()
+    values, hooks = [], []
+    named = dict(model.named_modules())
+    for name in [n for n in named if n.endswith(VALUE)]:  # in layer order
+        hooks.append(named[name].register_forward_hook(lambda module, args, out: values.append(out[0].double())))
+    weights = [named[n].weight.detach().double() for n in named if n.endswith(OUTPUT)]  # (D, H*d) each
+    encoding = tokenizer(text, truncation=True, max_length=32, return_tensors="pt")
+    with torch.no_grad():
+        attentions = model(**encoding, output_attentions=True).attentions  # L x (1, H, n, n)
+    for hook in hooks:
+        hook.remove()
+    assert len(values) == len(weights) == len(attentions) > 0
+    rows = []
+    for attention, value, weight in zip(attentions, values, weights):
+        probs = attention[0].double()  # (H, n, n)
+        heads, n, _ = probs.shape
+        size = value.shape[-1] // heads
+        vector = torch.zeros(n, weight.shape[0], dtype=torch.float64)  # what [CLS] receives from each j
+        for h in range(heads):
+            transformed = value[:, h * size : (h + 1) * size] @ weight[:, h * size : (h + 1) * size].T  # (n, D)
+            vector += probs[h, 0][:, None] * transformed
+        norms = vector.norm(dim=-1).numpy()
+        rows.append(norms / norms.sum())
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_norm_scores_match_the_hand_computation_inside_a_padded_batch(family, scorer_factory, tiny_model_factory):
+    scorer = scorer_factory(family, methods=("raw", "norm"))
+    table = scorer({"doc_id": [f"d{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [1, 0, 1, 0]})
+    rows = {row["doc_id"]: row for row in table.to_pylist()}
+    for i, text in enumerate(TEXTS):
+        expected = hand_norms(tiny_model_factory(family), text)
+        got = rows_to_scores(rows[f"d{i}"], "norm")
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+    # not raw attention under another name: the value norms reweight the columns
+    longest = rows["d2"]
+    assert np.abs(rows_to_scores(longest, "norm") - rows_to_scores(longest, "raw")).max() > 1e-3
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_norm_capture_is_the_same_alone_batched_and_per_document(family, scorer_factory):
+    scorer = scorer_factory(family)
+    encoding = scorer.tokenizer(TEXTS, truncation=True, max_length=32, padding=True, return_tensors="pt")
+    lengths = encoding["attention_mask"].sum(dim=1).tolist()
+    _, _, loop = capture.forward_with_attention(scorer.model, dict(encoding), batched=False, norms=True)
+    _, _, batched = capture.forward_with_attention(scorer.model, dict(encoding), batched=True, norms=True)
+    np.testing.assert_allclose(batched.numpy(), loop.numpy(), rtol=1e-4, atol=1e-5)
+    for b, n in enumerate(lengths):
+        for norms in (loop, batched):  # padding is inert: its rows and columns stay exactly 0
+            assert float(norms[b, :, n:, :].abs().sum()) == 0 and float(norms[b, :, :, n:].abs().sum()) == 0
+            assert float(norms[b, :, :n, :n].min()) >= 0 and float(norms[b, :, 0, :n].sum()) > 0
+        alone = scorer.tokenizer([TEXTS[b]], truncation=True, max_length=32, return_tensors="pt")
+        _, _, single = capture.forward_with_attention(scorer.model, dict(alone), batched=True, norms=True)
+        np.testing.assert_allclose(batched[b, :, :n, :n].numpy(), single[0].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_norm_is_accepted_by_the_run_config_and_refused_on_an_eager_model(tiny_model_factory):
+    assert RunConfig(model="m", methods=("raw", "norm")).methods == ("raw", "norm")
+    with pytest.raises(ConfigError, match="known methods: .*norm"):
+        RunConfig(model="m", methods=("raw", "norms"))
+    eager = load_model(tiny_model_factory("bert"), attn_implementation="eager")
+    encoding = eager.tokenizer(["good"], return_tensors="pt")
+    with pytest.raises(RuntimeError, match="xai_capture"):
+        capture.forward_with_attention(eager.model, dict(encoding), norms=True)
