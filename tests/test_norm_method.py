@@ -95,3 +95,43 @@ def test_norm_is_accepted_by_the_run_config_and_refused_on_an_eager_model(tiny_m
     encoding = eager.tokenizer(["good"], return_tensors="pt")
     with pytest.raises(RuntimeError, match="xai_capture"):
         capture.forward_with_attention(eager.model, dict(encoding), norms=True)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_ray_run_with_methods_raw_norm_stores_the_hand_computed_norms(tmp_path, tiny_distilbert_dir):
+    ray = pytest.importorskip("ray")
+    import pandas as pd
+
+    from xai_ray import cli
+    from xai_ray.query.connection import open_store
+
+    pd.DataFrame({"id": [f"t{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [1, 0, 1, 0]}).to_parquet(
+        tmp_path / "corpus.parquet"
+    )
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    try:
+        status = cli.main(
+            ["run", "--data", str(tmp_path / "corpus.parquet"), "--model", tiny_distilbert_dir]
+            + ["--max-length", "32", "--actors", "1", "--store", str(tmp_path / "store"), "--run-id", "norm"]
+            + ["--set", "methods=raw,norm", "--set", "batch_size=3"]
+        )
+    finally:
+        ray.shutdown()
+    assert status == 0
+    con = open_store(tmp_path / "store")
+    assert dict(con.execute("select method, count(distinct doc_id) from tokens group by method").fetchall()) == {
+        "raw": 4,
+        "norm": 4,
+    }
+    words = con.execute("select doc_id, layer, sum(score) from words where method = 'norm' group by all").fetchall()
+    np.testing.assert_allclose([total for _, _, total in words], 1.0, atol=1e-5)
+    stored = con.execute(
+        "select layer, position, score from tokens where method = 'norm' and doc_id = 't2' order by layer, position"
+    ).fetchall()
+    expected = hand_norms(tiny_distilbert_dir, TEXTS[2])
+    got = np.zeros_like(expected)
+    for layer, position, value in stored:
+        got[layer - 1, position] = value
+    assert len(stored) == expected.size
+    np.testing.assert_allclose(got, expected, atol=1e-5)
