@@ -1,5 +1,6 @@
-"""Norm-based attention (``norm``) on tiny BERT, DistilBERT and RoBERTa models, against norms
-computed here in float64 from an eager model's attention weights and its value projection."""
+"""Norm-based attention (``norm``) and its rollout (``norm_rollout``) on tiny BERT, DistilBERT and
+RoBERTa models, against norms computed here in float64 from an eager model's attention weights and
+its value projection, and a full-matrix rollout of them."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ VALUE = (".attention.self.value", ".attention.v_lin")
 OUTPUT = (".attention.output.dense", ".attention.out_lin")
 
 
-def hand_norms(folder: str, text: str) -> np.ndarray:
-    """(L, n) [CLS]-row shares of || sum_h alpha^h_0j v^h_j W_O^h ||, one unpadded text, float64."""
+def hand_norm_matrices(folder: str, text: str) -> np.ndarray:
+    """(L, n, n) || sum_h alpha^h_ij v^h_j W_O^h || of one unpadded text, float64."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -41,18 +42,37 @@ def hand_norms(folder: str, text: str) -> np.ndarray:
     for hook in hooks:
         hook.remove()
     assert len(values) == len(weights) == len(attentions) > 0
-    rows = []
+    layers = []
     for attention, value, weight in zip(attentions, values, weights):
         probs = attention[0].double()  # (H, n, n)
         heads, n, _ = probs.shape
         size = value.shape[-1] // heads
-        vector = torch.zeros(n, weight.shape[0], dtype=torch.float64)  # what [CLS] receives from each j
+        vectors = torch.zeros(n, n, weight.shape[0], dtype=torch.float64)  # what row i receives from each j
         for h in range(heads):
             transformed = value[:, h * size : (h + 1) * size] @ weight[:, h * size : (h + 1) * size].T  # (n, D)
-            vector += probs[h, 0][:, None] * transformed
-        norms = vector.norm(dim=-1).numpy()
-        rows.append(norms / norms.sum())
-    return np.array(rows)
+            vectors += probs[h][:, :, None] * transformed[None, :, :]
+        layers.append(vectors.norm(dim=-1).numpy())
+    return np.array(layers)
+
+
+def hand_norms(folder: str, text: str) -> np.ndarray:
+    """(L, n) [CLS]-row shares of the norms."""
+    rows = hand_norm_matrices(folder, text)[:, 0, :]
+    return rows / rows.sum(axis=1, keepdims=True)
+
+
+def hand_norm_rollout(folder: str, text: str, residual: str = "half", start_layer: int = 1) -> np.ndarray:
+    """(L, n) [CLS] rows of full-matrix products R_l = A_l R_(l-1), A = 0.5 N~ + 0.5 I (or N~),
+    N~ the norms as row shares; NaN below start_layer."""
+    norms = hand_norm_matrices(folder, text)
+    out = np.full(norms.shape[:2], np.nan)
+    rolled = np.eye(norms.shape[1])
+    for layer in range(start_layer - 1, len(norms)):
+        shares = norms[layer] / norms[layer].sum(axis=1, keepdims=True)
+        A = shares if residual == "none" else 0.5 * shares + 0.5 * np.eye(len(shares))
+        rolled = A @ rolled
+        out[layer] = rolled[0]
+    return out
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -60,6 +80,7 @@ def test_norm_scores_match_the_hand_computation_inside_a_padded_batch(family, sc
     scorer = scorer_factory(family, methods=("raw", "norm"))
     table = scorer({"doc_id": [f"d{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [1, 0, 1, 0]})
     rows = {row["doc_id"]: row for row in table.to_pylist()}
+    assert all(row["error"] is None for row in rows.values())
     for i, text in enumerate(TEXTS):
         expected = hand_norms(tiny_model_factory(family), text)
         got = rows_to_scores(rows[f"d{i}"], "norm")
@@ -68,6 +89,22 @@ def test_norm_scores_match_the_hand_computation_inside_a_padded_batch(family, sc
     # not raw attention under another name: the value norms reweight the columns
     longest = rows["d2"]
     assert np.abs(rows_to_scores(longest, "norm") - rows_to_scores(longest, "raw")).max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    "family,options",
+    [("bert", {}), ("distilbert", {}), ("roberta", {}), ("bert", {"residual": "none", "start_layer": 2})],
+)
+def test_norm_rollout_matches_a_full_matrix_rollout_of_the_hand_norms(family, options, scorer_factory):
+    folder = scorer_factory(family).config.run.model
+    scorer = scorer_factory(family, methods=("norm_rollout",), **options)
+    table = scorer({"doc_id": [f"d{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [1, 0, 1, 0]})
+    rows = {row["doc_id"]: row for row in table.to_pylist()}
+    for i, text in enumerate(TEXTS):
+        expected = hand_norm_rollout(folder, text, **options)
+        np.testing.assert_allclose(rows_to_scores(rows[f"d{i}"], "norm_rollout"), expected, atol=1e-5)
+        defined = expected[~np.isnan(expected).any(axis=1)]
+        np.testing.assert_allclose(defined.sum(axis=1), 1.0, atol=1e-9)  # rows of row-stochastic products
 
 
 @pytest.mark.parametrize("family", FAMILIES)
