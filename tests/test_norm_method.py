@@ -172,3 +172,19 @@ def test_a_ray_run_with_methods_raw_norm_stores_the_hand_computed_norms(tmp_path
         got[layer - 1, position] = value
     assert len(stored) == expected.size
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_a_long_review_in_windows_gets_norm_shares_for_every_word(tiny_bert_dir):
+    from xai_ray.scoring.actor import Scorer
+
+    config = {"model": tiny_bert_dir, "max_length": 24, "methods": ["norm", "norm_rollout"], "long_text": "window"}
+    scorer = Scorer(config)
+    text = " ".join(["the acting was good but the plot was boring and long"] * 12)
+    (row,) = scorer({"doc_id": ["long"], "text": [text], "label": [1]}).to_pylist()
+    assert row["error"] is None and not row["truncated"] and row["n_tokens"] > 24
+    n_words = len(row["words"])
+    assert n_words == len(text.split())
+    for method in ("norm", "norm_rollout"):
+        shares = np.asarray(row[f"word_scores_{method}"]).reshape(row["n_layers"], n_words)
+        np.testing.assert_allclose(shares.sum(axis=1), 1.0, atol=1e-5)
+        assert (shares > 0).all()  # every word reached from its window
