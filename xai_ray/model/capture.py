@@ -20,7 +20,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from xai_ray.model import attention_gradients
+from xai_ray.model import attention_gradients, value_norms
 from xai_ray.model.attention_record import attention_of
 
 CAPTURE = "xai_capture"
@@ -39,6 +39,8 @@ class _Collector:
     batched: bool = False  # padded blocks over the whole batch (a GPU) instead of a loop over documents
     layers: list = field(default_factory=list)  # L x (B, n, n) fused attention
     heads: object = None  # xai_ray.methods.heads.HeadCollector: per-head statistics from the same blocks
+    projections: dict | None = None  # value_norms.output_projections: set when norm-based attention is asked
+    norms: list = field(default_factory=list)  # L x (B, n, n) norms ||sum_h alpha^h_ij f^h(x_j)||
 
 
 def fuse_heads(
@@ -118,14 +120,31 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, d
             output = torch.zeros_like(query)  # (B, H, n, d): padded query rows stay 0, nothing reads them
         attend = _attend_and_fuse_batched if collector.batched else _attend_and_fuse
         with torch.autocast(query.device.type, enabled=False):  # probabilities stay fp32 under autocast
-            fused = attend(query, key, value, scaling, collector, None if SDPA_OUTPUT else output)
+            norms = _norm_target(module, value, collector)
+            fused = attend(query, key, value, scaling, collector, None if SDPA_OUTPUT else output, norms)
         collector.layers.append(fused)
+        if norms is not None:
+            collector.norms.append(norms[0])
     return output.transpose(1, 2).contiguous(), None
 
 
-def _attend_and_fuse(query, key, value, scaling, collector, output) -> torch.Tensor:
+def _norm_target(module, value, collector):
+    """(zeroed (B, n, n) norms to fill, (B, n, H, H) Gram of the layer's values), or None when no
+    method reads norm-based attention."""
+    if collector.projections is None:
+        return None
+    weight = collector.projections.get(id(module))
+    if weight is None:
+        raise RuntimeError(value_norms.UNSUPPORTED)
+    batch, _, n, _ = value.shape
+    zeros = torch.zeros(batch, n, n, dtype=torch.float32, device=value.device)
+    return zeros, value_norms.value_gram(value, weight)
+
+
+def _attend_and_fuse(query, key, value, scaling, collector, output, norms=None) -> torch.Tensor:
     """Attention per document over its real tokens, in blocks of query rows: writes the layer's
-    output into ``output`` and returns the head-fused probabilities (B, n, n)."""
+    output into ``output`` (and the norm-based attention into ``norms``, when asked) and returns
+    the head-fused probabilities (B, n, n)."""
     batch, heads, n, _ = query.shape
     fused = torch.zeros(batch, n, n, dtype=torch.float32, device=query.device)  # (B, n, n)
     plain_mean = collector.fusion == "mean" and collector.discard_ratio == 0
@@ -142,6 +161,9 @@ def _attend_and_fuse(query, key, value, scaling, collector, output) -> torch.Ten
                 collector.heads.block(len(collector.layers), b, start, probs, scores)
             if output is not None:
                 output[b, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (H, r, d)
+            if norms is not None:
+                block = value_norms.vector_norms(probs[None], norms[1][b : b + 1, :length])  # (1, r, m)
+                norms[0][b, start:stop, :length] = block[0]
             target = fused[b, start:stop, :length]  # (r, m) view
             if plain_mean:
                 torch.sum(probs, dim=0, out=target)  # divided by H once, below
@@ -157,7 +179,7 @@ def _attend_and_fuse(query, key, value, scaling, collector, output) -> torch.Ten
     return fused
 
 
-def _attend_and_fuse_batched(query, key, value, scaling, collector, output) -> torch.Tensor:
+def _attend_and_fuse_batched(query, key, value, scaling, collector, output, norms=None) -> torch.Tensor:
     """The same as ``_attend_and_fuse`` for the whole padded batch at once, for a GPU: blocks of
     query rows of every document together (padding columns masked), no Python loop over
     documents and no host sync (the lengths stay on the device). Padded query rows are computed
@@ -182,6 +204,8 @@ def _attend_and_fuse_batched(query, key, value, scaling, collector, output) -> t
         del raw
         if output is not None:
             output[:, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (B, H, r, d)
+        if norms is not None:  # padding columns have probability 0, so their norms are 0
+            norms[0][:, start:stop] = value_norms.vector_norms(probs, norms[1])
         if collector.discard_ratio > 0:
             probs = _discard_lowest(probs, collector.discard_ratio, lengths)
         partial = _fuse_partial(probs, collector.fusion, 0.0, None)  # (B, r, n)
@@ -189,6 +213,8 @@ def _attend_and_fuse_batched(query, key, value, scaling, collector, output) -> t
     real_rows = real_columns[:, :, None] & real_columns[:, None, :]  # (B, n, n)
     if output is not None:
         output.mul_(real_columns[:, None, :, None])  # padded query rows stay 0, as on the per-document path
+    if norms is not None:
+        norms[0].masked_fill_(~real_rows, 0.0)
     return fused.masked_fill_(~real_rows, 0.0)
 
 
@@ -198,7 +224,13 @@ AttentionMaskInterface.register(CAPTURE, eager_mask)
 
 @torch.inference_mode()
 def forward_with_attention(
-    model, encoding: dict, fusion: str = "mean", discard_ratio: float = 0.0, heads=None, batched: bool | None = None
+    model,
+    encoding: dict,
+    fusion: str = "mean",
+    discard_ratio: float = 0.0,
+    heads=None,
+    batched: bool | None = None,
+    norms: bool = False,
 ):
     """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32.
 
@@ -208,9 +240,12 @@ def forward_with_attention(
     (an ``xai_ray.methods.heads.HeadCollector``) also receives every head's probabilities, block by block.
     ``batched``: padded blocks over the whole batch (default on CUDA) instead of a loop over
     documents over their real tokens (default on a CPU, where it is the faster of the two).
+    ``norms``: also return the norm-based attention (B, L, n, n) of ``value_norms``, third.
     """
     lengths = encoding["attention_mask"].sum(dim=1)
     if attention_of(model) != CAPTURE:
+        if norms:  # output_attentions gives the weights only, not the values they mix
+            raise RuntimeError("the norm method needs the model loaded with the xai_capture attention")
         outputs = model(**encoding, output_attentions=True)
         if not outputs.attentions or outputs.attentions[0] is None:
             raise RuntimeError("the model returned no attention weights (is eager attention available?)")
@@ -221,6 +256,8 @@ def forward_with_attention(
     if batched is None:
         batched = lengths.device.type == "cuda"
     collector = _Collector(fusion=fusion, discard_ratio=discard_ratio, lengths=lengths, heads=heads, batched=batched)
+    if norms:
+        collector.projections = value_norms.output_projections(model)
     token = _active.set(collector)
     try:
         logits = model(**encoding).logits
@@ -228,4 +265,7 @@ def forward_with_attention(
         _active.reset(token)
     if not collector.layers:
         raise RuntimeError("the model never called its attention function: it cannot be explained here")
-    return logits.float(), torch.stack(collector.layers, dim=1)  # (B, C), (B, L, n, n)
+    fused = torch.stack(collector.layers, dim=1)  # (B, L, n, n)
+    if norms:
+        return logits.float(), fused, torch.stack(collector.norms, dim=1)  # and (B, L, n, n) norms
+    return logits.float(), fused  # (B, C), (B, L, n, n)

@@ -18,6 +18,7 @@ import time
 import pyarrow as pa
 
 from xai_ray.methods import get_method
+from xai_ray.methods.base import NORM_ATTENTION
 from xai_ray.model.batching import token_budget_batches
 from xai_ray.model.recovery import is_out_of_memory, prefix_for_tokenizer, release_memory
 from xai_ray.scoring import segments
@@ -182,7 +183,7 @@ class Scorer:
             encoding["input_ids"], encoding["attention_mask"], [w == 0 and i in self.sampled for i, w in owners]
         )
         started = time.perf_counter()
-        model_inputs, probs, fused = self._forward(encoding, collector)  # (R, C), (R, L, N, N) on the device
+        model_inputs, probs, fused, norms = self._forward(encoding, collector)  # (R, C), (R, L, N, N) on the device
         forward_s = (time.perf_counter() - started) / len(chosen)
         heads = head_columns(collector, len(owners))
         first = {i: owners.index((i, 0)) for i in chosen}
@@ -203,7 +204,7 @@ class Scorer:
         n_layers = fused.shape[1]
         merged = segments.MergedBatch.of([plans[i] for i in scored], [windows_of[i] for i in scored], self.tokenizer)
         lengths = encoding["attention_mask"].sum(dim=1)  # (R,)
-        captured = {"attention": fused, **captured}
+        captured = {"attention": fused, NORM_ATTENTION: norms, **captured}
         columns, method_s = {}, {}
         for name, method in self.methods.items():
             if name in self.deferred:
@@ -257,25 +258,31 @@ class Scorer:
 
     def _forward(self, encoding: dict, collector):
         """One forward pass with attention capture: (model inputs on the device, probs (B, C) on
-        the host, fused (B, L, N, N) left on the device for the methods)."""
+        the host, fused (B, L, N, N) and the norm-based attention (B, L, N, N, or None when no
+        method reads it) left on the device for the methods)."""
+        import functools
+
         import torch
 
-        from xai_ray.model.capture import forward_with_attention
+        from xai_ray.model import capture
+
+        wants_norms = any(method.needs == NORM_ATTENTION for method in self.methods.values())
+        forward_with_attention = functools.partial(capture.forward_with_attention, norms=wants_norms)
 
         if self.device == "cuda":
             # Pinned host memory lets the copy overlap; bf16 matmuls, while capture keeps the
             # probabilities and their fusion in fp32 (rollout multiplies them L times).
             model_inputs = {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in encoding.items()}
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                logits, fused = forward_with_attention(
+                logits, fused, *norms = forward_with_attention(
                     self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio, collector
                 )
         else:
             model_inputs = encoding
-            logits, fused = forward_with_attention(
+            logits, fused, *norms = forward_with_attention(
                 self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio, collector
             )
-        return model_inputs, torch.softmax(logits, dim=-1).float().cpu().numpy(), fused
+        return model_inputs, torch.softmax(logits, dim=-1).float().cpu().numpy(), fused, (norms or [None])[0]
 
     def _evaluate(self, meta: list[dict], columns: dict, model_inputs: dict, inputs: list[int]) -> None:
         """Faithfulness of the scored reviews (``--evaluate``), each from its one model input
