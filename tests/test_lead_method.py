@@ -54,3 +54,9 @@ def test_without_a_leaderboard_the_default_order_decides(methods, expected):
     method, why = lead_method(_con(other_run), "r", methods)
     assert method == expected and "default order" in why
     assert set(PRIOR) >= set(methods)
+
+
+def test_the_default_order_names_every_registered_method():
+    from xai_ray.methods import REGISTRY
+
+    assert sorted(PRIOR) == sorted(REGISTRY)

@@ -40,7 +40,17 @@ def params(metric: str) -> dict:
 # Without a leaderboard of its own (no --evaluate, no rationales), a run leads with the first of these
 # it has: the gradient-weighted attention methods agreed best with human rationales and with a sentiment
 # lexicon, and ranked above plain attention in comprehensiveness (docs/faithfulness.md), so they lead.
-PRIOR = ("grad_rollout", "attn_x_grad", "integrated_gradients", "rollout", "raw", "flow", "input_x_gradient")
+PRIOR = (
+    "grad_rollout",
+    "attn_x_grad",
+    "integrated_gradients",
+    "norm_rollout",  # attention weighted by the size of what it moves (Kobayashi et al. 2020)
+    "norm",
+    "rollout",
+    "raw",
+    "flow",
+    "input_x_gradient",
+)
 
 
 def lead_method(con, run_id: str, methods: list[str]) -> tuple[str, str]:
