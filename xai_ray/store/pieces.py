@@ -44,6 +44,21 @@ def layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
     return lambda layer: values[starts + layer * widths]
 
 
+def defined_slices(scored: pa.Table, methods: list[str], pieces: Pieces):
+    """``(method, layer, token scores, word shares, word raw scores)`` for every (method, 1-based
+    layer) the batch defines, each a flat float32 array over its documents; a layer a method leaves
+    out (below ``start_layer``: NaN everywhere in the batch) is skipped. Both layouts store these."""
+    for method in methods:
+        token_scores = layers(scored.column(f"scores_{method}"), pieces.n_tokens, pieces.n_layers)
+        word_scores = layers(scored.column(f"word_scores_{method}"), pieces.n_words, pieces.n_layers)
+        word_raw = layers(scored.column(f"word_raw_{method}"), pieces.n_words, pieces.n_layers)
+        for layer in range(pieces.n_layers):
+            values = token_scores(layer)
+            if values.size and np.isnan(values).all():
+                continue
+            yield method, layer + 1, values, word_scores(layer), word_raw(layer)
+
+
 @dataclass
 class Pieces:
     """The id columns of a batch's tokens and words (dictionary-encoded strings: one dictionary for

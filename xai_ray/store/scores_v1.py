@@ -4,10 +4,9 @@ row repeating its document id and token or word text for every method x layer sl
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
-from xai_ray.store.pieces import Pieces, layers
+from xai_ray.store.pieces import Pieces, defined_slices
 from xai_ray.store.schemas import TOKENS, WORDS
 
 
@@ -24,29 +23,21 @@ TOKENS_ENCODED, WORDS_ENCODED = _encoded(TOKENS), _encoded(WORDS)
 
 def add(out, scored: pa.Table, methods: list[str], pieces: Pieces) -> None:
     """Add each (method, layer) slice of ``scored`` as a ``tokens`` and a ``words`` table to ``out``."""
-    for method in methods:
-        token_scores = layers(scored.column(f"scores_{method}"), pieces.n_tokens, pieces.n_layers)
-        word_scores = layers(scored.column(f"word_scores_{method}"), pieces.n_words, pieces.n_layers)
-        word_raw = layers(scored.column(f"word_raw_{method}"), pieces.n_words, pieces.n_layers)
-        for layer in range(pieces.n_layers):
-            values = token_scores(layer)
-            if values.size and np.isnan(values).all():
-                continue  # the method does not define this layer (below start_layer)
-            where = f"method={method}/layer={layer + 1}"
-            out.add(
-                f"tokens/{where}",
-                pa.Table.from_arrays([*pieces.token_columns, pa.array(values)], schema=TOKENS_ENCODED),
-                "tokens",
-            )
-            shares = word_scores(layer)
-            words = pa.Table.from_arrays(
-                [
-                    *pieces.word_columns,
-                    pa.array(shares),
-                    pa.array(word_raw(layer)),
-                    pa.array(pieces.lifts(shares)),
-                    *pieces.unit_columns,
-                ],
-                schema=WORDS_ENCODED,
-            )
-            out.add(f"words/{where}", words, "words")
+    for method, layer, values, shares, raw in defined_slices(scored, methods, pieces):
+        where = f"method={method}/layer={layer}"
+        out.add(
+            f"tokens/{where}",
+            pa.Table.from_arrays([*pieces.token_columns, pa.array(values)], schema=TOKENS_ENCODED),
+            "tokens",
+        )
+        words = pa.Table.from_arrays(
+            [
+                *pieces.word_columns,
+                pa.array(shares),
+                pa.array(raw),
+                pa.array(pieces.lifts(shares)),
+                *pieces.unit_columns,
+            ],
+            schema=WORDS_ENCODED,
+        )
+        out.add(f"words/{where}", words, "words")

@@ -15,10 +15,9 @@ column in that batch, which reads as null and yields no rows, as layout 1 wrote 
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
-from xai_ray.store.pieces import Pieces, layers
+from xai_ray.store.pieces import Pieces, defined_slices
 from xai_ray.store.schemas import TOKEN_PIECES, WORD_PIECES, slice_column
 
 TOKEN_TABLE, WORD_TABLE = "token_scores", "word_scores"
@@ -38,20 +37,13 @@ def add(out, scored: pa.Table, methods: list[str], pieces: Pieces) -> None:
     word_fields = list(WORD_FIELDS)
     word_arrays = [*pieces.word_columns, *pieces.unit_columns, pa.array(pieces.unit_weight)]
     slices = 0
-    for method in methods:
-        token_scores = layers(scored.column(f"scores_{method}"), pieces.n_tokens, pieces.n_layers)
-        word_scores = layers(scored.column(f"word_scores_{method}"), pieces.n_words, pieces.n_layers)
-        word_raw = layers(scored.column(f"word_raw_{method}"), pieces.n_words, pieces.n_layers)
-        for layer in range(pieces.n_layers):
-            values = token_scores(layer)
-            if values.size and np.isnan(values).all():
-                continue  # the method does not define this layer (below start_layer)
-            slices += 1
-            token_fields.append(pa.field(slice_column("score", method, layer + 1), pa.float32()))
-            token_arrays.append(pa.array(values))
-            for kind, scores in (("score", word_scores), ("raw_score", word_raw)):
-                word_fields.append(pa.field(slice_column(kind, method, layer + 1), pa.float32()))
-                word_arrays.append(pa.array(scores(layer)))
+    for method, layer, values, shares, raw in defined_slices(scored, methods, pieces):
+        slices += 1
+        token_fields.append(pa.field(slice_column("score", method, layer), pa.float32()))
+        token_arrays.append(pa.array(values))
+        for kind, scores in (("score", shares), ("raw_score", raw)):
+            word_fields.append(pa.field(slice_column(kind, method, layer), pa.float32()))
+            word_arrays.append(pa.array(scores))
     if not slices:
         return
     out.add(TOKEN_TABLE, pa.Table.from_arrays(token_arrays, schema=pa.schema(token_fields)))
