@@ -3,6 +3,7 @@
 from xai_ray.methods import (  # noqa: F401  (registers the methods)
     attn_x_grad,
     flow,
+    globenc,
     grad_rollout,
     input_x_gradient,
     integrated_gradients,

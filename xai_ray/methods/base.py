@@ -9,6 +9,8 @@ once per batch, whatever the number of methods reading it), per document:
 
     attention            (L, n, n)  head-fused attention of layer 1..L, real tokens only, rows sum to 1
     norm_attention       (L, n, n)  ||sum_h alpha^h_ij f^h(x_j)|| per layer (``xai_ray.model.value_norms``)
+    globenc              (L, n, n)  ||A (sum_h alpha^h_ij f^h(x_j) + [i==j] x_j)|| per layer, A both layer
+                                    norms' linear part (``xai_ray.model.encoder_norms``)
     attention_gradients  (L, n, n)  per layer, the head mean of clamp(dy_t/dA * A, min=0) (Chefer et al.)
     input_x_gradient     (n,)       word embedding x gradient of log p_t, summed over the hidden size
     integrated_gradients (n,)       integrated gradients of log p_t from a zero word-embedding baseline
@@ -41,6 +43,7 @@ HEAD_FUSIONS = ("mean", "max", "min")
 # What a method reads (``Method.needs``): the names of the captures in ``xai_ray.model``.
 ATTENTION = "attention"
 NORM_ATTENTION = "norm_attention"
+GLOBENC = "globenc"
 ATTENTION_GRADIENTS = "attention_gradients"
 INPUT_GRADIENTS = "input_x_gradient"
 INTEGRATED_GRADIENTS = "integrated_gradients"

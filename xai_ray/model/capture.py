@@ -20,7 +20,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from xai_ray.model import attention_gradients, value_norms
+from xai_ray.model import attention_gradients, encoder_norms, value_norms
 from xai_ray.model.attention_record import attention_of
 
 CAPTURE = "xai_capture"
@@ -41,6 +41,9 @@ class _Collector:
     heads: object = None  # xai_ray.methods.heads.HeadCollector: per-head statistics from the same blocks
     projections: dict | None = None  # value_norms.output_projections: set when norm-based attention is asked
     norms: list = field(default_factory=list)  # L x (B, n, n) norms ||sum_h alpha^h_ij f^h(x_j)||
+    encoder: dict | None = None  # encoder_norms.encoder_layers: set when globenc is asked
+    inputs: dict = field(default_factory=dict)  # id of a self-attention module -> its (B, n, D) input, this pass
+    globenc: list = field(default_factory=list)  # L x (B, n, n) norms ||A z_ij|| (encoder_norms)
 
 
 def fuse_heads(
@@ -120,30 +123,42 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, d
             output = torch.zeros_like(query)  # (B, H, n, d): padded query rows stay 0, nothing reads them
         attend = _attend_and_fuse_batched if collector.batched else _attend_and_fuse
         with torch.autocast(query.device.type, enabled=False):  # probabilities stay fp32 under autocast
-            norms = _norm_target(module, value, collector)
+            norms = _norm_targets(module, value, collector)
             fused = attend(query, key, value, scaling, collector, None if SDPA_OUTPUT else output, norms)
         collector.layers.append(fused)
-        if norms is not None:
-            collector.norms.append(norms[0])
+        for target, (out, _, _) in norms.items():
+            getattr(collector, target).append(out)
     return output.transpose(1, 2).contiguous(), None
 
 
-def _norm_target(module, value, collector):
-    """(zeroed (B, n, n) norms to fill, (B, n, H, H) Gram of the layer's values), or None when no
-    method reads norm-based attention."""
-    if collector.projections is None:
-        return None
-    weight = collector.projections.get(id(module))
-    if weight is None:
-        raise RuntimeError(value_norms.UNSUPPORTED)
+def _norm_targets(module, value, collector) -> dict:
+    """Collector list ("norms", "globenc") -> (zeroed (B, n, n) norms to fill, (B, n, K, K) Gram of
+    the vectors the rows mix, whether the residual's x_i is the last of them), for each that a
+    method reads; empty when none does."""
     batch, _, n, _ = value.shape
-    zeros = torch.zeros(batch, n, n, dtype=torch.float32, device=value.device)
-    return zeros, value_norms.value_gram(value, weight)
+    targets = {}
+    if collector.projections is not None:
+        weight = collector.projections.get(id(module))
+        if weight is None:
+            raise RuntimeError(value_norms.UNSUPPORTED)
+        targets["norms"] = (value_norms.value_gram(value, weight), False)  # (B, n, H, H)
+    if collector.encoder is not None:
+        layer, layer_input = collector.encoder.get(id(module)), collector.inputs.pop(id(module), None)
+        if layer is None or layer_input is None:
+            raise RuntimeError(encoder_norms.UNSUPPORTED)
+        targets["globenc"] = (encoder_norms.encoder_gram(value, layer, layer_input), True)  # (B, n, H+1, H+1)
+    zeros = {name: torch.zeros(batch, n, n, dtype=torch.float32, device=value.device) for name in targets}
+    return {name: (zeros[name], gram, residual) for name, (gram, residual) in targets.items()}
+
+
+def _block_norms(probs, gram, residual: bool, start: int):
+    """(B, H, r, n) probabilities of rows start.. and the (B, n, K, K) Gram -> (B, r, n) norms."""
+    return value_norms.vector_norms(value_norms.with_residual(probs, start) if residual else probs, gram)
 
 
 def _attend_and_fuse(query, key, value, scaling, collector, output, norms=None) -> torch.Tensor:
     """Attention per document over its real tokens, in blocks of query rows: writes the layer's
-    output into ``output`` (and the norm-based attention into ``norms``, when asked) and returns
+    output into ``output`` (and the norms of each of ``_norm_targets``, when asked) and returns
     the head-fused probabilities (B, n, n)."""
     batch, heads, n, _ = query.shape
     fused = torch.zeros(batch, n, n, dtype=torch.float32, device=query.device)  # (B, n, n)
@@ -161,9 +176,9 @@ def _attend_and_fuse(query, key, value, scaling, collector, output, norms=None) 
                 collector.heads.block(len(collector.layers), b, start, probs, scores)
             if output is not None:
                 output[b, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (H, r, d)
-            if norms is not None:
-                block = value_norms.vector_norms(probs[None], norms[1][b : b + 1, :length])  # (1, r, m)
-                norms[0][b, start:stop, :length] = block[0]
+            for out, gram, residual in (norms or {}).values():
+                block = _block_norms(probs[None], gram[b : b + 1, :length], residual, start)  # (1, r, m)
+                out[b, start:stop, :length] = block[0]
             target = fused[b, start:stop, :length]  # (r, m) view
             if plain_mean:
                 torch.sum(probs, dim=0, out=target)  # divided by H once, below
@@ -204,8 +219,8 @@ def _attend_and_fuse_batched(query, key, value, scaling, collector, output, norm
         del raw
         if output is not None:
             output[:, :, start:stop] = torch.matmul(probs, v).to(output.dtype)  # (B, H, r, d)
-        if norms is not None:  # padding columns have probability 0, so their norms are 0
-            norms[0][:, start:stop] = value_norms.vector_norms(probs, norms[1])
+        for out, gram, residual in (norms or {}).values():  # padding columns: probability 0 (the residual: below)
+            out[:, start:stop] = _block_norms(probs, gram, residual, start)  # (B, r, n)
         if collector.discard_ratio > 0:
             probs = _discard_lowest(probs, collector.discard_ratio, lengths)
         partial = _fuse_partial(probs, collector.fusion, 0.0, None)  # (B, r, n)
@@ -213,8 +228,8 @@ def _attend_and_fuse_batched(query, key, value, scaling, collector, output, norm
     real_rows = real_columns[:, :, None] & real_columns[:, None, :]  # (B, n, n)
     if output is not None:
         output.mul_(real_columns[:, None, :, None])  # padded query rows stay 0, as on the per-document path
-    if norms is not None:
-        norms[0].masked_fill_(~real_rows, 0.0)
+    for out, _, _ in (norms or {}).values():  # a padded row's residual reaches its own padded column: zeroed here
+        out.masked_fill_(~real_rows, 0.0)
     return fused.masked_fill_(~real_rows, 0.0)
 
 
@@ -231,6 +246,7 @@ def forward_with_attention(
     heads=None,
     batched: bool | None = None,
     norms: bool = False,
+    globenc: bool = False,
 ):
     """Run the model once; return (logits (B, C), fused attention (B, L, n, n)) as float32.
 
@@ -240,12 +256,13 @@ def forward_with_attention(
     (an ``xai_ray.methods.heads.HeadCollector``) also receives every head's probabilities, block by block.
     ``batched``: padded blocks over the whole batch (default on CUDA) instead of a loop over
     documents over their real tokens (default on a CPU, where it is the faster of the two).
-    ``norms``: also return the norm-based attention (B, L, n, n) of ``value_norms``, third.
+    ``norms``: also return the norm-based attention (B, L, n, n) of ``value_norms``, next;
+    ``globenc``: also return GlobEnc's norms (B, L, n, n) of ``encoder_norms``, after them.
     """
     lengths = encoding["attention_mask"].sum(dim=1)
     if attention_of(model) != CAPTURE:
-        if norms:  # output_attentions gives the weights only, not the values they mix
-            raise RuntimeError("the norm method needs the model loaded with the xai_capture attention")
+        if norms or globenc:  # output_attentions gives the weights only, not the values they mix
+            raise RuntimeError("the norm and globenc methods need the model loaded with the xai_capture attention")
         outputs = model(**encoding, output_attentions=True)
         if not outputs.attentions or outputs.attentions[0] is None:
             raise RuntimeError("the model returned no attention weights (is eager attention available?)")
@@ -258,14 +275,23 @@ def forward_with_attention(
     collector = _Collector(fusion=fusion, discard_ratio=discard_ratio, lengths=lengths, heads=heads, batched=batched)
     if norms:
         collector.projections = value_norms.output_projections(model)
+    hooks = []
+    if globenc:
+        collector.encoder = encoder_norms.encoder_layers(model)
+        if not collector.encoder:
+            raise RuntimeError(encoder_norms.UNSUPPORTED)
+        hooks = encoder_norms.keep_inputs(collector.encoder, collector.inputs)
     token = _active.set(collector)
     try:
         logits = model(**encoding).logits
     finally:
         _active.reset(token)
+        for hook in hooks:
+            hook.remove()
     if not collector.layers:
         raise RuntimeError("the model never called its attention function: it cannot be explained here")
     fused = torch.stack(collector.layers, dim=1)  # (B, L, n, n)
-    if norms:
-        return logits.float(), fused, torch.stack(collector.norms, dim=1)  # and (B, L, n, n) norms
-    return logits.float(), fused  # (B, C), (B, L, n, n)
+    extra = [
+        torch.stack(found, dim=1) for found, asked in ((collector.norms, norms), (collector.globenc, globenc)) if asked
+    ]
+    return (logits.float(), fused, *extra)  # (B, C), (B, L, n, n), and each (B, L, n, n) asked

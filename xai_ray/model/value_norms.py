@@ -36,13 +36,34 @@ def output_projections(model) -> dict[int, torch.Tensor]:
     return found
 
 
+def transformed_values(value: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """(B, H, n, d) values and the (D, H*d) output projection -> (B, n, H, D): f^h(x_j) = v^h_j W_O^h."""
+    _, heads, _, size = value.shape
+    per_head = weight.float().reshape(weight.shape[0], heads, size)  # (D, H, d): input h*d + k is head h's k
+    return torch.einsum("bhjd,ehd->bjhe", value.float(), per_head)  # (B, n, H, D)
+
+
+def gram_of(vectors: torch.Tensor) -> torch.Tensor:
+    """(B, n, K, D) K vectors at each position -> (B, n, K, K) their dot products."""
+    return torch.matmul(vectors, vectors.transpose(-1, -2))  # (B, n, K, K)
+
+
 def value_gram(value: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """(B, H, n, d) values and the (D, H*d) output projection -> (B, n, H, H): at each position j,
     the dot products <f^h(x_j), f^k(x_j)> of the transformed values of every pair of heads."""
-    batch, heads, n, size = value.shape
-    per_head = weight.float().reshape(weight.shape[0], heads, size)  # (D, H, d): input h*d + k is head h's k
-    transformed = torch.einsum("bhjd,ehd->bjhe", value.float(), per_head)  # (B, n, H, D)
-    return torch.matmul(transformed, transformed.transpose(-1, -2))  # (B, n, H, H)
+    return gram_of(transformed_values(value, weight))  # (B, n, H, H)
+
+
+def with_residual(probs: torch.Tensor, start: int) -> torch.Tensor:
+    """(..., H, r, n) probabilities of rows start..start+r-1 -> (..., H + 1, r, n): one more
+    "head" whose row i is 1 at column i and 0 elsewhere, the weight of the residual connection
+    (its vector is the layer's input x_i, the last in a ``globenc`` Gram)."""
+    rows, n = probs.shape[-2:]
+    diagonal = (
+        torch.arange(n, device=probs.device)[None, :] == torch.arange(start, start + rows, device=probs.device)[:, None]
+    )
+    residual = diagonal.to(probs.dtype).expand(*probs.shape[:-3], 1, rows, n)  # (..., 1, r, n)
+    return torch.cat([probs, residual], dim=-3)  # (..., H + 1, r, n)
 
 
 def vector_norms(probs: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:

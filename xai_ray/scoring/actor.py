@@ -18,7 +18,7 @@ import time
 import pyarrow as pa
 
 from xai_ray.methods import get_method
-from xai_ray.methods.base import NORM_ATTENTION
+from xai_ray.methods.base import GLOBENC, NORM_ATTENTION
 from xai_ray.model.batching import token_budget_batches
 from xai_ray.model.recovery import is_out_of_memory, prefix_for_tokenizer, release_memory
 from xai_ray.scoring import segments
@@ -204,7 +204,7 @@ class Scorer:
         n_layers = fused.shape[1]
         merged = segments.MergedBatch.of([plans[i] for i in scored], [windows_of[i] for i in scored], self.tokenizer)
         lengths = encoding["attention_mask"].sum(dim=1)  # (R,)
-        captured = {"attention": fused, NORM_ATTENTION: norms, **captured}
+        captured = {"attention": fused, **norms, **captured}
         columns, method_s = {}, {}
         for name, method in self.methods.items():
             if name in self.deferred:
@@ -258,16 +258,18 @@ class Scorer:
 
     def _forward(self, encoding: dict, collector):
         """One forward pass with attention capture: (model inputs on the device, probs (B, C) on
-        the host, fused (B, L, N, N) and the norm-based attention (B, L, N, N, or None when no
-        method reads it) left on the device for the methods)."""
+        the host, fused (B, L, N, N) and {need: (B, L, N, N)} of the norm captures the methods
+        read (norm-based attention, GlobEnc's), left on the device for the methods)."""
         import functools
 
         import torch
 
         from xai_ray.model import capture
 
-        wants_norms = any(method.needs == NORM_ATTENTION for method in self.methods.values())
-        forward_with_attention = functools.partial(capture.forward_with_attention, norms=wants_norms)
+        wanted = [need for need in (NORM_ATTENTION, GLOBENC) if any(m.needs == need for m in self.methods.values())]
+        forward_with_attention = functools.partial(
+            capture.forward_with_attention, norms=NORM_ATTENTION in wanted, globenc=GLOBENC in wanted
+        )
 
         if self.device == "cuda":
             # Pinned host memory lets the copy overlap; bf16 matmuls, while capture keeps the
@@ -282,7 +284,7 @@ class Scorer:
             logits, fused, *norms = forward_with_attention(
                 self.model, model_inputs, self.options.head_fusion, self.options.discard_ratio, collector
             )
-        return model_inputs, torch.softmax(logits, dim=-1).float().cpu().numpy(), fused, (norms or [None])[0]
+        return model_inputs, torch.softmax(logits, dim=-1).float().cpu().numpy(), fused, dict(zip(wanted, norms))
 
     def _evaluate(self, meta: list[dict], columns: dict, model_inputs: dict, inputs: list[int]) -> None:
         """Faithfulness of the scored reviews (``--evaluate``), each from its one model input
