@@ -93,12 +93,26 @@ def centred(vectors: torch.Tensor) -> torch.Tensor:
     return vectors - vectors.mean(dim=-1, keepdim=True)
 
 
+def linear_map(vectors: torch.Tensor, layer: EncoderLayer) -> torch.Tensor:
+    """A: (..., D) -> (..., D) gamma2 * C(gamma1 * C(vectors)), both layer norms' linear part."""
+    gamma1, gamma2 = (gamma.to(vectors.device, torch.float32) for gamma in (layer.gamma1, layer.gamma2))  # (D,)
+    return gamma2 * centred(gamma1 * centred(vectors))  # (..., D)
+
+
 def encoder_gram(value: torch.Tensor, layer: EncoderLayer, layer_input: torch.Tensor) -> torch.Tensor:
     """(B, H, n, d) values and (B, n, D) layer input -> (B, n, H+1, H+1): at each position j the dot
-    products of A f^h(x_j) (h < H) and A x_j (last), A = diag(gamma2) C diag(gamma1) C."""
-    vectors = torch.cat(
-        [transformed_values(value, layer.weight), layer_input.float()[:, :, None]], dim=2
-    )  # (B, n, H+1, D)
-    gamma1, gamma2 = (gamma.to(vectors.device, torch.float32) for gamma in (layer.gamma1, layer.gamma2))  # (D,)
-    mapped = gamma2 * centred(gamma1 * centred(vectors))  # (B, n, H+1, D)
-    return gram_of(mapped)  # (B, n, H+1, H+1)
+    products of A f^h(x_j) (h < H) and A x_j (last), A = diag(gamma2) C diag(gamma1) C.
+
+    A is linear, so A f^h(x_j) = v^h_j (A W_O^h)^T: A maps the projection's (D, H*d) weight once
+    instead of every (B, n, H, D) vector, and the heads' Gram is the one norm-based attention builds."""
+    batch, heads, n, _ = value.shape
+    mapped_weight = linear_map(layer.weight.float().T, layer).T  # (D, H*d): A applied to every column
+    mapped = transformed_values(value, mapped_weight)  # (B, n, H, D)
+    residual = linear_map(layer_input.float(), layer)  # (B, n, D): A x_j
+    cross = torch.einsum("bjhe,bje->bjh", mapped, residual)  # (B, n, H)
+    gram = torch.empty(batch, n, heads + 1, heads + 1, dtype=torch.float32, device=value.device)
+    gram[:, :, :heads, :heads] = gram_of(mapped)  # (B, n, H, H)
+    gram[:, :, :heads, heads] = cross
+    gram[:, :, heads, :heads] = cross
+    gram[:, :, heads, heads] = (residual * residual).sum(dim=-1)  # (B, n)
+    return gram  # (B, n, H+1, H+1)
