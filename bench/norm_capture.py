@@ -1,13 +1,14 @@
-"""What does norm-based attention add to the capture forward, on CPU?
+"""What do norm-based attention and GlobEnc add to the capture forward, on CPU?
 
     python bench/norm_capture.py [--model minilm] [--data IMDB] [--n 48] [--max-length 128] [--repeats 3]
 
 Tokenizes N reviews, cuts them into the scorer's token-budget batches, and per batch runs, in
 turns (so a busy machine slows them alike): the capture forward every attention method reads
-(``forward_with_attention``), and the same forward with the norm-based attention that ``norm``
-and ``norm_rollout`` read (``norms=True``). Prints each one's seconds per review (best of
-``--repeats``) and its ratio to the plain capture forward, on the per-document path a CPU takes
-and on the batched path a GPU takes.
+(``forward_with_attention``), the same forward with the norm-based attention that ``norm``
+and ``norm_rollout`` read (``norms=True``), and with GlobEnc's norms that ``globenc`` reads
+(``globenc=True``). Prints each one's seconds per review (best of ``--repeats``) and its ratio
+to the plain capture forward, on the per-document path a CPU takes and on the batched path a
+GPU takes.
 """
 
 from __future__ import annotations
@@ -57,18 +58,19 @@ def main() -> None:
         )
         for batch in token_budget_batches(lengths, args.token_budget)
     ]
+    extras = {"": {}, ", with norms": {"norms": True}, ", with globenc": {"globenc": True}}
     passes = {
-        f"{path}{', with norms' if norms else ''}": (path == "batched", norms)
+        f"{path}{extra}": (path, path == "batched", asked)
         for path in ("per-document", "batched")
-        for norms in (False, True)
+        for extra, asked in extras.items()
     }
     seconds = {name: [] for name in passes}
     for _ in range(args.repeats):
         spent = dict.fromkeys(passes, 0.0)
         for encoding in batches:
-            for name, (batched, norms) in passes.items():
+            for name, (_, batched, asked) in passes.items():
                 started = time.perf_counter()
-                forward_with_attention(model, encoding, batched=batched, norms=norms)
+                forward_with_attention(model, encoding, batched=batched, **asked)
                 spent[name] += time.perf_counter() - started
         for name in passes:
             seconds[name].append(spent[name])
@@ -79,7 +81,7 @@ def main() -> None:
     print("| capture forward | ms per review | x the same path without norms |")
     print("|---|---:|---:|")
     for name, times in seconds.items():
-        plain = min(seconds[name.removesuffix(", with norms")])
+        plain = min(seconds[passes[name][0]])  # the same path, nothing extra
         print(f"| {name} | {1000 * min(times) / args.n:.1f} | {min(times) / plain:.2f} |")
 
 

@@ -22,7 +22,7 @@ SECTIONS = {
     "model": ("model", "allow_pickle", "trust_remote_code", "max_length", "long_text", "window_stride"),
     "methods": ("methods", "target"),
     "methods: attention-based (raw, rollout, flow, grad_rollout, attn_x_grad)": ("head_fusion", "discard_ratio"),
-    "methods: rollout, norm_rollout and flow": ("residual", "start_layer"),
+    "methods: rollout, norm_rollout, globenc and flow": ("residual", "start_layer"),
     "methods: integrated_gradients": ("ig_steps",),
     "per-head statistics": ("heads", "heads_sample", "heads_sample_rows"),
     "execution": ("batch_size", "max_tokens_per_batch", "actors", "gpus_per_actor", "cpus_per_actor", "defer_flow"),
@@ -55,12 +55,15 @@ MEANINGS = {
     "recorded by `xai-ray finetune`; head for other models)",
     "window_stride": "long_text=window: tokens from one window's start to the next (null: half a window)",
     "methods": "explanation methods, comma-separated: raw, norm (attention weighted by the norm of what "
-    "each token sends), rollout, norm_rollout, flow, grad_rollout, attn_x_grad, input_x_gradient, "
+    "each token sends), rollout, norm_rollout, globenc (norms through the residual and both layer "
+    "norms, rolled out), flow, grad_rollout, attn_x_grad, input_x_gradient, "
     "integrated_gradients",
-    "residual": "how rollout, norm_rollout and flow mix in the residual: half (0.5W + 0.5I) or none",
+    "residual": "how rollout, norm_rollout and flow mix in the residual: half (0.5W + 0.5I) or none "
+    "(globenc measures the residual itself and ignores it)",
     "head_fusion": "how a layer's heads are fused: mean, max or min (max/min rows renormalised)",
     "discard_ratio": "share of each head row's lowest weights dropped before fusion ([CLS] never), in [0, 1)",
-    "start_layer": "first layer (1-based) rollout and norm_rollout multiply from; lower layers are not stored for them",
+    "start_layer": "first layer (1-based) rollout, norm_rollout and globenc multiply from; lower layers are not "
+    "stored for them",
     "target": "the class that grad_rollout, attn_x_grad, input_x_gradient and integrated_gradients explain: "
     "pred (the predicted class), label (the true class; unlabelled documents become errors), "
     "a class index or one of the model's label names",

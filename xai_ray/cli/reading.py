@@ -25,7 +25,7 @@ def add_parsers(sub) -> None:
     top.add_argument(
         "--method",
         help="the method ranked (default: the one the run's leaderboard ranks best, else grad_rollout, "
-        "attn_x_grad, integrated_gradients, norm_rollout, norm, rollout, raw, ... whichever the run has first)",
+        "attn_x_grad, integrated_gradients, norm_rollout, globenc, norm, rollout, raw, ... whichever the run has first)",
     )
     top.add_argument("--layer", type=flags.whole(1), help="1-based layer (default: the model's last layer)")
     top.add_argument("--k", type=flags.whole(1, 100_000), default=20, help="words listed per group (default: 20)")

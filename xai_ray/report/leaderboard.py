@@ -45,6 +45,7 @@ PRIOR = (
     "attn_x_grad",
     "integrated_gradients",
     "norm_rollout",  # attention weighted by the size of what it moves (Kobayashi et al. 2020)
+    "globenc",  # the same through the residual and both layer norms (Modarressi et al. 2022)
     "norm",
     "rollout",
     "raw",
