@@ -12,6 +12,7 @@ Lean toward negative is the same with the sides swapped: the opposite number.
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -22,6 +23,7 @@ from xai_ray.query import wordstats
 from xai_ray.query.connection import open_store
 from xai_ray.query.lean import lean, sentences, topk_lean
 from xai_ray.query.top_words import keep_word_totals, topk
+from xai_ray.store import layout
 
 WORDS = {
     "p1": ["great", "awful", "dull", "plot"],
@@ -165,3 +167,28 @@ def test_sentences_name_the_class_by_its_label():
         "m<b>, layer 3 leans against the prediction for class neg: mean lean -0.50 over its top 4 words, "
         "3 of them more frequent in reviews predicted otherwise"
     ]
+
+
+def test_the_report_cautions_beside_the_top_words_of_a_leaning_method_escaped(two_sided, tmp_path):
+    import json
+
+    from xai_ray.report.definition import DEFAULTS
+    from xai_ray.report.page import build_report
+
+    # Class names are data: a label that is markup must reach the page as text.
+    manifest = layout.run_dir(two_sided, "r") / "manifest.json"
+    record = json.loads(manifest.read_text())
+    record["model"]["labels"] = {"0": "negative", "1": "<b>pos</b>"}
+    manifest.write_text(json.dumps(record))
+    definition = {**DEFAULTS, "k": 2, "min_docs": 2, "exclude": [], "sections": ["headline", "per_method", "explorer"]}
+    page = build_report(two_sided, "r", tmp_path / "r.html", definition=definition).read_text()
+    # the lead method (no leaderboard, neither name in the default order: the run's first) is "against"
+    caution = (
+        "Caution: against, layer 1 leans against the prediction for class &lt;b&gt;pos&lt;/b&gt;: mean lean "
+        f"{-LN9 / 2:+.2f} over its top 2 words, 1 of them more frequent in reviews predicted otherwise."
+    )
+    notes = re.findall(r"<section id='(\w+)'><h2>[^<]*</h2><p class='note'>(.*?)</p>", page)
+    assert {key for key, note in notes if caution in note} == {"headline", "per_method"}
+    explorer = dict(notes)["explorer"]
+    assert "against at layer 1 for class &lt;b&gt;pos&lt;/b&gt;." in explorer and "along" not in explorer
+    assert "<b>pos</b>" not in page
