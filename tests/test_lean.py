@@ -192,3 +192,22 @@ def test_the_report_cautions_beside_the_top_words_of_a_leaning_method_escaped(tw
     explorer = dict(notes)["explorer"]
     assert "against at layer 1 for class &lt;b&gt;pos&lt;/b&gt;." in explorer and "along" not in explorer
     assert "<b>pos</b>" not in page
+
+
+def test_the_nightly_summary_carries_the_lead_methods_lean(tmp_path):
+    from xai_ray.ops.nightly import lead_lean
+    from xai_ray.report.definition import DEFAULTS
+
+    night = "nightly-2026-01-01"
+    write(tmp_path, {d: int(d.startswith("p")) for d in WORDS}, run_id=night)
+    definition = {**DEFAULTS, "k": 2, "min_docs": 2, "exclude": []}
+    got = lead_lean(tmp_path, [night], "2026-01-01", definition)  # the lead: "against", the run's first method
+    assert (got["method"], got["layer"]) == ("against", 1)
+    assert [(c["label"], c["n_against"], c["flagged"]) for c in got["classes"]] == [
+        ("negative", 0, False),
+        ("positive", 1, True),
+    ]
+    assert [c["mean_lean"] for c in got["classes"]] == pytest.approx([0.0, -LN9 / 2], abs=1e-4)
+    assert got["said"].startswith("against, layer 1 leans against the prediction for class positive: mean lean -1.10")
+    quiet = lead_lean(tmp_path, [night], "2026-01-01", {**definition, "main_method": "along"})
+    assert quiet["said"] == "" and not any(c["flagged"] for c in quiet["classes"])
