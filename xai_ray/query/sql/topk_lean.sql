@@ -22,7 +22,7 @@ with run_docs as (
 ),
 
 class_sizes as (
-    select pred, count(*) as reviews, sum(count(*)) over () - count(*) as other_reviews
+    select pred, count(*) as reviews, cast(sum(count(*)) over () - count(*) as bigint) as other_reviews
     from run_docs
     group by pred
 ),
