@@ -6,6 +6,9 @@ per predicted class (``xai-ray topk --by pred``, the lists users see) against th
     polarity     mean valence of the top words (0 for a word the lexicon lacks), per class
     leans        whether the lists lean the wrong way: a negative mean for the positive class
                  or a positive one for the negative class
+    lean         the run's own view of the same lists, no lexicon (``query.lean``): the mean
+                 smoothed log odds ratio of a top word's document frequency in reviews predicted
+                 as the class against the others, per class; "data leans against" when one is < 0
 
 Usage: python bench/lexicon.py STORE [--run RUN_ID] [--k 30] [--layers last|all] [--strong 1.5] [--min-docs N]
 Install the lexicon with ``pip install '.[bench]'``. Prints one Markdown table.
@@ -19,6 +22,7 @@ import sys
 import pandas as pd
 
 from xai_ray.query.connection import QueryError, open_store, pick_run
+from xai_ray.query.lean import topk_lean
 from xai_ray.query.top_words import topk
 
 
@@ -68,9 +72,14 @@ def rows_of(con, run: dict, k: int, layers: str, valence: dict, strong: float, m
                 found = measure(words, valence, strong)
                 row[f"polarity pred={group}"] = found["polarity"]
             negative, positive = row.get("polarity pred=0"), row.get("polarity pred=1")
-            row["leans against"] = bool(
+            row["VADER leans against"] = bool(
                 (positive is not None and positive < 0) or (negative is not None and negative > 0)
             )
+            # the same lists (same ranking, k, support and word classes), read by the run's own data
+            lean = topk_lean(con, run["run_id"], method, layer, k, exclude="punct,stop", min_docs=min_docs)
+            for found in lean.itertuples():
+                row[f"lean pred={found.pred}"] = float(found.mean_lean)
+            row["data leans against"] = bool(lean["flagged"].any())
             out.append(row)
     return out
 

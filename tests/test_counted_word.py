@@ -70,7 +70,15 @@ def test_every_topk_query_asks_the_macro_and_spells_no_rule_of_its_own():
     """The rule lives in one file: a query that took the support or word-class parameters and
     filtered on them itself would drift from it."""
     takers = sorted(p for p in SQL_DIR.glob("*.sql") if "$min_docs" in p.read_text())
-    assert [p.stem for p in takers] == ["report_contrast", "report_topk_all", "topk", "topk_grouped", "topk_totals"]
+    assert [p.stem for p in takers] == [
+        "report_contrast",
+        "report_topk_all",
+        "topk",
+        "topk_grouped",
+        "topk_lean",
+        "topk_lean_totals",
+        "topk_totals",
+    ]
     for path in takers:
         text = path.read_text()
         assert "counted_word(" in text, path.name

@@ -131,6 +131,11 @@ def test_first_night_scores_everything(two_nights):
     assert sorted(docs.doc_id) == [f"d{i:03d}" for i in range(N1)]
     assert first.report == two_nights["store"] / "reports" / "2026-01-01" / "report.html"
     assert facts(first.report.read_text())["Last night"] == "none (first night)"
+    # the summary says how the lead method's top words lean toward each predicted class
+    lean = json.loads((first.report.parent / "nightly.json").read_text())["lean"]
+    assert lean["layer"] >= 1 and lean["classes"] and {c["class"] for c in lean["classes"]} <= {0, 1}
+    assert (lean["said"] != "") == any(c["flagged"] for c in lean["classes"])
+    assert not lean["said"] or lean["said"] in first.message  # and so in the printed line
 
 
 def test_second_night_scores_only_new_and_changed_documents(two_nights):

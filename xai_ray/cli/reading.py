@@ -192,8 +192,33 @@ def cmd_topk(args) -> int:
             min_docs=args.min_docs,
             exclude=args.exclude,
         )
+        leaning = _lean_lines(con, args, method) if args.by == "pred" else []
     _print([frame], args.format)
+    for line in leaning:  # after the table; on stderr when the rows are csv or json, which stay parseable
+        print(f"xai-ray: {line}", file=sys.stdout if args.format == "table" else sys.stderr)
     return 0
+
+
+def _lean_lines(con, args, method: str) -> list[str]:
+    """One sentence per predicted class whose top words lean, on average, to the other classes
+    (``query.lean``), ranked exactly as the table just printed."""
+    from xai_ray.query.connection import pick_run
+    from xai_ray.query.lean import sentences, topk_lean
+
+    run = pick_run(con, args.run_id)
+    frame = topk_lean(
+        con,
+        run["run_id"],
+        method,
+        args.layer,
+        args.k,
+        args.min_count,
+        stat=args.stat,
+        min_docs=args.min_docs,
+        exclude=args.exclude,
+    )
+    labels = json.loads(run["manifest"]).get("model", {}).get("labels", {})
+    return sentences(frame, lambda cls: labels.get(str(cls), str(cls)))
 
 
 def cmd_report(args) -> int:

@@ -109,8 +109,13 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
         if not runs:
             raise NightlyError(f"nothing scored yet in {cfg.store!r} and nothing to score in {cfg.data!r}")
         report = build_report(local, runs, date, definition, run_id if run_id in runs else None)
+        lean = lead_lean(local, runs, date, definition)
+        if lean["said"]:  # a night whose lead method turns against its predictions says so in its one line
+            message = f"{message}; lead method {lean['said']}"
+            log.info("nightly %s: %s", date, lean["said"])
         created_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         record = {"date": date, "created_at": created_at, "message": message, "scored": scored, "runs": runs}
+        record["lean"] = lean
         write_record(local, date, {**record, "key": key, "config": cfg.to_dict(), "versions": runtime.versions()})
         latest = point_latest(local, date)
         if remote.is_uri(cfg.store):
@@ -268,6 +273,37 @@ def build_report(local: Path, runs: list[str], date: str, definition, tonight: s
         }
     }
     return report.build_report(local, label, out, definition=spec, con=open_union(local, runs, label), extra=extra)
+
+
+def lead_lean(local: Path, runs: list[str], date: str, definition) -> dict:
+    """How the top words of the report's lead method (its last layer, the report's k and word
+    statistics) lean toward each predicted class over every nightly document (``query.lean``):
+    ``{"method", "layer", "classes": [{class, label, mean_lean, n_words, n_against, flagged}],
+    "said": the caution of each flagged class, or ""}``."""
+    import pandas as pd
+
+    from xai_ray.query.connection import open_union
+    from xai_ray.query.lean import lean, sentences
+    from xai_ray.report import page as report
+    from xai_ray.report.context import context
+
+    label = f"nightly {date}"
+    spec = report.load_definition(definition) if not isinstance(definition, dict) else dict(definition)
+    ctx = context(None, label, spec, con=open_union(local, runs, label))
+    frame = lean(ctx.con, label, method=ctx.main_method, layer=ctx.last_layer, **ctx.topk_params())
+    classes = [
+        {
+            "class": int(row.pred),
+            "label": ctx.label(row.pred),
+            "mean_lean": None if pd.isna(row.mean_lean) else round(float(row.mean_lean), 4),  # None: one class
+            "n_words": int(row.n_words),
+            "n_against": int(row.n_against),
+            "flagged": bool(row.flagged),
+        }
+        for row in frame.itertuples()
+    ]
+    said = "; ".join(sentences(frame, ctx.label))
+    return {"method": ctx.main_method, "layer": ctx.last_layer, "classes": classes, "said": said}
 
 
 def write_record(local: Path, date: str, record: dict) -> Path:

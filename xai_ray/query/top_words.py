@@ -27,7 +27,8 @@ def keep_word_totals(store: str | Path, run_id: str) -> Path:
     return write_aggregate(store, run_id, WORD_TOTALS, {"query": WORD_TOTALS}, frame, row_group_size=TOTALS_ROW_GROUP)
 
 
-def _has_totals(con, run_id: str) -> bool:
+def has_word_totals(con, run_id: str) -> bool:
+    """Whether the run's aggregate stage kept its word totals (``keep_word_totals``)."""
     if not run_named(con, "relation_exists", relation=WORD_TOTALS).found.iloc[0]:
         return False
     return bool(run_named(con, "run_has_word_totals", run_id=run_id).found.iloc[0])
@@ -49,11 +50,22 @@ def topk(
     """Top-k words by mean per-document ``stat`` (``wordstats``), each row with its 95% interval
     (ci_low, ci_high). ``layer`` defaults to the model's last layer, ``min_docs`` to
     ``wordstats.default_min_docs`` of the run's documents; ``exclude``: "punct,stop" or a list."""
+    if by not in ("all", "label", "pred", "correct"):
+        raise QueryError(f"--by must be all, label, pred or correct; got {by!r}")
+    params = settle(con, run_id, method, layer, k, min_count, stat=stat, min_docs=min_docs, exclude=exclude)
+    if by in ("all", "pred") and has_word_totals(con, params["run_id"]):  # kept by the run's aggregate stage
+        return wordstats.add_interval(run_named(con, "topk_totals", by=by, **params))
+    if by == "all":
+        return wordstats.add_interval(run_named(con, "topk", **params))
+    return wordstats.add_interval(run_named(con, "topk_grouped", by=by, **params))
+
+
+def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude) -> dict:
+    """The bound parameters of one top-k (run, method, layer, k and ``wordstats.query_params``), the
+    defaults filled in and every value checked, for ``topk`` and the lean of its words (``lean``)."""
     run = pick_run(con, run_id)
     if method not in run["methods"].split(","):
         raise QueryError(f"run {run['run_id']!r} has no method {method!r}; it has {run['methods']}")
-    if by not in ("all", "label", "pred", "correct"):
-        raise QueryError(f"--by must be all, label, pred or correct; got {by!r}")
     n_layers = int(run["n_layers"]) if pd.notna(run["n_layers"]) else None  # None: a manifest without it
     if layer is None and n_layers is None:
         raise QueryError(f"run {run['run_id']!r} does not record its model's layers; pass --layer")
@@ -68,9 +80,4 @@ def topk(
         stats = wordstats.query_params(stat, min_docs, min_count, exclude)
     except wordstats.WordStatsError as err:
         raise QueryError(str(err)) from None
-    params = {"run_id": run["run_id"], "method": method, "layer": layer, "k": int(k), **stats}
-    if by in ("all", "pred") and _has_totals(con, run["run_id"]):  # kept by the run's aggregate stage
-        return wordstats.add_interval(run_named(con, "topk_totals", by=by, **params))
-    if by == "all":
-        return wordstats.add_interval(run_named(con, "topk", **params))
-    return wordstats.add_interval(run_named(con, "topk_grouped", by=by, **params))
+    return {"run_id": run["run_id"], "method": method, "layer": layer, "k": int(k), **stats}

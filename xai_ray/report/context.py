@@ -14,6 +14,7 @@ import pandas as pd
 from xai_ray.config import ConfigError
 from xai_ray.query import wordstats
 from xai_ray.query.connection import open_store, pick_run, run_named, sql_text
+from xai_ray.query.lean import flagged, lean, sentences
 from xai_ray.report.leaderboard import lead_method
 from xai_ray.store.aggregates import read_aggregate
 
@@ -96,6 +97,40 @@ class Context:
     def topk_all(self) -> pd.DataFrame:
         top = wordstats.add_interval(self.query("report_topk_all", **self.topk_params()))
         return top.assign(group=top["group"].map(lambda g: g if g == "all" else self.label(g)))
+
+    def lean(self) -> pd.DataFrame:
+        """Per method, layer and predicted class: how the report's top words of that class lean
+        toward it or against it (``query.lean``), ranked as the word charts rank them."""
+        key = ("lean", ())  # the shape of ``query``'s keys: (name, parameters)
+        if key not in self.cache:
+            self.cache[key] = lean(self.con, self.run_id, **self.topk_params())
+        return self.cache[key]
+
+    def lean_note(self, method: str | None = None, layer: int | None = None) -> str:
+        """A sentence per flagged (method, layer, class) of ``method`` at ``layer`` (None: all of
+        them), to append to a section's note (a leading space); empty when none leans against its
+        prediction."""
+        frame = self.lean()
+        if method is not None:
+            frame = frame[frame["method"] == method]
+        if layer is not None:
+            frame = frame[frame["layer"] == layer]
+        return "".join(f" Caution: {line}." for line in sentences(frame, self.label))
+
+    def lean_summary(self) -> str:
+        """Every flagged (method, layer, class) in one sentence, layers gathered per method and class."""
+        frame = flagged(self.lean())
+        if frame.empty:
+            return ""
+        parts = []
+        for (method, pred), rows in frame.groupby(["method", "pred"], sort=True):
+            layers = ", ".join(str(int(x)) for x in sorted(rows["layer"]))
+            plural = "s" if len(rows) > 1 else ""
+            parts.append(f"{method} at layer{plural} {layers} for class {self.label(pred)}")
+        return (
+            " Caution: the top words of these lean, on average, toward the other classes (more frequent in "
+            "reviews predicted otherwise than in reviews predicted as the class): " + "; ".join(parts) + "."
+        )
 
     def support_note(self) -> str:
         """How this report's words were chosen and ranked, in one sentence for section notes."""

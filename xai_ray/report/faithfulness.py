@@ -104,9 +104,11 @@ def _leaderboard(ctx: Context) -> list:
     reviews = int(board["n_docs"].max())
     ranked_by = leaderboard.NAMES[board.attrs["metric"]]
     title = f"Leaderboard: {ranked_by} with {RULE}, cost per review ({reviews} reviews)"
+    # the lead method's top words leaning against its predictions is said beside its rank
+    note = leaderboard.note(board) + ctx.lean_note(ctx.main_method, ctx.last_layer)
     return [
         charts.leaderboard(board, title, leaderboard.NAMES[metric]),
-        Fragment(f"<p class='note'>{html.escape(leaderboard.note(board))}</p>"),
+        Fragment(f"<p class='note'>{html.escape(note)}</p>"),
         Fragment(leaderboard.table(board)),
     ]
 

@@ -79,7 +79,7 @@ def headline(ctx: Context) -> Section | None:
     return Section(
         "headline",
         "Top words across all reviews",
-        ctx.support_note(),
+        ctx.support_note() + ctx.lean_note(ctx.main_method, ctx.last_layer),
         [charts.topk_bar(top, title, subtitle, ctx.stat)],
     )
 
@@ -99,6 +99,7 @@ def explorer(ctx: Context) -> Section | None:
         kept = layers[-max(1, MAX_CHART_ROWS // per_layer) :]
         top = top[top.layer.isin(kept)]
         note += f" Layers {kept[0]}-{kept[-1]} only, to keep the page small."
+    note += ctx.lean_summary()
     return Section(
         "explorer",
         "Top words by method, layer and predicted class",
@@ -115,7 +116,7 @@ def per_method(ctx: Context) -> Section | None:
     return Section(
         "per_method",
         "Top words per method",
-        f"Layer {ctx.last_layer}; special tokens excluded. {ctx.support_note()}",
+        f"Layer {ctx.last_layer}; special tokens excluded. {ctx.support_note()}" + ctx.lean_note(layer=ctx.last_layer),
         [charts.topk_facets(top, "method", f"Top {ctx.k} words per method (layer {ctx.last_layer})", ctx.stat)],
     )
 
@@ -129,7 +130,7 @@ def per_class(ctx: Context) -> Section | None:
     return Section(
         "per_class",
         "Top words per predicted class",
-        ctx.support_note(),
+        ctx.support_note() + ctx.lean_note(ctx.main_method, ctx.last_layer),
         [
             charts.topk_facets(
                 top,
