@@ -46,3 +46,14 @@ def test_scorer_config_is_frozen_typed_and_checked_like_the_run_config():
         ScorerConfig.of(cfg, deferred_methods=["rollout"])
     # the run config itself, not a restatement of its fields
     assert ScorerConfig().run == RunConfig() and from_run.run == cfg
+
+
+def test_padding_cuts_a_batch_before_it_pads_more_than_its_share():
+    # longest first: 100 (0), 95 (2), 60 (1), 58 (3), 20 (4); budget 1000 alone takes them all
+    lengths = [100, 60, 95, 58, 20]
+    assert token_budget_batches(lengths, 1000) == [[0, 2, 1, 3, 4]]  # pads to 5 x 100 = 500 for 333 tokens
+    # padding 0.1: [100, 95] pads 200 for 195 (<= 214.5); adding 60 would pad 300 for 255 (> 280.5)
+    # [60, 58] pads 120 for 118; adding 20 would pad 180 for 138 (> 151.8); [20] alone
+    assert token_budget_batches(lengths, 1000, padding=0.1) == [[0, 2], [1, 3], [4]]
+    # no padding allowed: only equal lengths share a batch, and the budget still holds
+    assert token_budget_batches([5, 5, 4, 5], 10, padding=0.0) == [[0, 1], [3], [2]]

@@ -66,3 +66,26 @@ def test_the_second_run_reuses_the_warm_actors(ray_cluster, tiny_bert_dir, tiny_
 
     xai_ray.shutdown()
     assert pool.current() is None and not ray_cluster.is_initialized()
+
+
+def test_the_command_line_lets_ray_go_before_its_summary_and_report(tiny_bert_dir, tmp_path):
+    """`xai-ray run` ends with its run: Ray (actors, workers, the local head) shuts down on a thread
+    while the summary and the report are made, and the command still exits with nothing left."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "reviews.parquet"
+    pd.DataFrame({"id": [f"r{i}" for i in range(12)], "text": TEXTS, "label": [i % 2 for i in range(12)]}).to_parquet(
+        data
+    )
+    store = tmp_path / "store"
+    args = ["run", "--data", str(data), "--model", tiny_bert_dir, "--store", str(store), "--run-id", "cli"]
+    args += ["--max-length", "32", "--batch-size", "4", "--actors", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "xai_ray.cli", "-v", *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    err = done.stderr
+    released = err.index("letting Ray go")
+    assert released < err.index("INFO run cli: {")  # before the summary is computed
+    assert "report: " in done.stdout and (store / "runs" / "run_id=cli" / "report.html").is_file()

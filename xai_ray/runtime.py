@@ -17,6 +17,9 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
     from its workers); default: only with debug logging."""
     import ray
 
+    closing = _process.pop("closing", None)
+    if closing is not None:  # a one-run process's Ray is still shutting down: let it finish first
+        closing.join()
     if not ray.is_initialized():
         # Inside `ray job submit` or with RAY_ADDRESS this joins that cluster; else starts a local one.
         if not os.environ.get("RAY_ADDRESS"):
@@ -58,6 +61,37 @@ def check_actor_fits(gpus: float, cpus: float, what: str = "scoring actor") -> N
         f"no node of the Ray cluster can hold a {what} of {cpus:g} CPU and {gpus:g} GPU (the cluster has "
         f"{have or 'no live node'}); lower gpus_per_actor (--gpus-per-actor) or cpus_per_actor (--set cpus_per_actor=N)"
     )
+
+
+_process: dict = {}  # "one_run": this process ends with its run; "closing": the thread ending Ray
+
+
+def one_run_per_process() -> None:
+    """Declare that this process ends when its run does (``xai-ray run``): Ray is then let go as
+    soon as the run's last Ray stage is done (``release_if_done``), so its shutdown (a second or
+    more: the actors, the workers, the local head) overlaps the summary and the report instead
+    of following them. A notebook keeps Ray and its warm actors for the next run."""
+    _process["one_run"] = True
+
+
+def one_run_only() -> bool:
+    return bool(_process.get("one_run"))
+
+
+def release_if_done() -> None:
+    """After the run's last Ray stage: in a one-run process, disconnect from Ray (and stop the
+    local cluster this process started) on a background thread; the interpreter waits for it at
+    exit, so no Ray process outlives the command."""
+    import threading
+
+    import ray
+
+    if not one_run_only() or "closing" in _process or not ray.is_initialized():
+        return
+    log.debug("letting Ray go: the run's last Ray stage is done")
+    closing = threading.Thread(target=ray.shutdown, name="xai-ray-shutdown")  # not a daemon: joined at exit
+    _process["closing"] = closing
+    closing.start()
 
 
 def _loopback_only() -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from xai_ray.cli.main import main
+from xai_ray.cli.main import console
 
-sys.exit(main())
+sys.exit(console())

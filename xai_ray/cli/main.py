@@ -75,4 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def console() -> int:
+    """The installed ``xai-ray`` (and ``python -m xai_ray.cli``): ``main`` in a process that ends
+    with its command, so a run lets Ray go while its summary and report are made
+    (``runtime.one_run_per_process``). ``main`` itself, called in a notebook or a test, keeps Ray."""
+    from xai_ray import runtime
+
+    runtime.one_run_per_process()
+    return main()
+
+
 COMMANDS = {**scoring.COMMANDS, **reading.COMMANDS, **jobs.COMMANDS}

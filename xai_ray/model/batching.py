@@ -11,21 +11,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+def token_budget_batches(lengths: Sequence[int], budget: int, padding: float | None = None) -> list[list[int]]:
     """Positions into ``lengths``, longest first, cut into batches whose padded size (the batch's
     longest length x its rows) stays within ``budget``. A sequence longer than the budget gets a
-    batch of its own; equal lengths keep their input order (a stable sort)."""
+    batch of its own; equal lengths keep their input order (a stable sort).
+
+    ``padding``: also cut where the padded size would pass (1 + padding) x the batch's real tokens.
+    Where a bigger batch buys nothing (a CPU works through one row as fast as through many), padding
+    is pure loss: 25 IMDB reviews cut by the budget alone pad to 1.5x their tokens (2.1x the
+    attention's n^2), with ``padding=0.1`` to 1.08x (1.15x)."""
     if budget < 1:
         raise ValueError(f"the token budget must be at least 1; got {budget}")
     order = sorted(range(len(lengths)), key=lambda i: -int(lengths[i]))
     batches: list[list[int]] = []
     current: list[int] = []
+    real = 0  # tokens of the current batch without its padding
     for i in order:
         longest = int(lengths[current[0]]) if current else int(lengths[i])
-        if current and longest * (len(current) + 1) > budget:
+        padded = longest * (len(current) + 1)
+        if current and (padded > budget or (padding is not None and padded > (1 + padding) * (real + int(lengths[i])))):
             batches.append(current)
-            current = []
+            current, real = [], 0
         current.append(i)
+        real += int(lengths[i])
     if current:
         batches.append(current)
     return batches

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from xai_ray import runtime
 from xai_ray.config import RunConfig, resolve_target
 from xai_ray.methods import REGISTRY
 from xai_ray.model.loading import describe_model
@@ -142,6 +143,9 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
         from xai_ray.pipeline.plausibility import add_plausibility
 
         manifest["counts"] = {**manifest.get("counts", {}), **add_plausibility(cfg, run_id)}
+    if runtime.one_run_only():  # nothing below uses Ray: the command's exit need not wait for it
+        pool.release()
+        runtime.release_if_done()
     summary = aggregate(cfg.store, run_id, cfg.top_k)
     log.info("run %s: %s", run_id, summary)
     out = report(cfg.store, run_id, layout.report_path(cfg.store, run_id)) if cfg.report else None
