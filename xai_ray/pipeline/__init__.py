@@ -71,7 +71,7 @@ def run(cfg: RunConfig) -> RunResult:
     logged = route_noise(layout.run_log(cfg.store, cfg.run_id))  # Ray's and setuptools' chatter: into the run's log
     with native_stderr_into(logged):  # and what Ray's C++ core writes to stderr
         try:
-            model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)  # fail before Ray starts
+            model = _describe(cfg)
             resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
             corpus = read(cfg)
             if cfg.rationales:  # a missing column or unreadable source: one sentence, before Ray
@@ -91,6 +91,21 @@ def run(cfg: RunConfig) -> RunResult:
             writer.abort(keep_parts=bool(writer.stage.records))
             raise
         return publish(screened, cfg, model=model, writer=writer, started=started)
+
+
+def _describe(cfg: RunConfig) -> dict:
+    """The model's description from its files (``describe_model``), refused in one sentence if it
+    cannot be explained. A notebook or a test learns that before Ray starts; the command line
+    (``runtime.one_run_per_process``) reads the files on a thread while Ray's processes start, which
+    hides most of the two seconds transformers takes to import."""
+    if not runtime.one_run_only():
+        return describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="xai-ray-describe") as ahead:
+        described = ahead.submit(describe_model, cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
+        ensure_ray()  # in this thread: Ray starts its own threads and signal handlers from the main one
+        return described.result()
 
 
 def _folders_to_create(folder: Path) -> list[Path]:
