@@ -11,6 +11,11 @@ In one run, each in its own process, on the same N reviews (default 200, the REA
          forward alone (its process's imports and model load not counted)
 then each run's phases from its log (until reading, Ray and screening, scoring, publishing and
 the rest) and the ratios run/fwd (goal <= 2) and run/old.
+
+``--against CHECKOUT`` adds ``base``: the same command from another checkout of xai-ray (e.g. a
+``git worktree`` of an earlier commit), for a before/after of whole runs; ``--repeats R`` runs the
+variants in turn R times (run, base, old, run, base, old, ...) and prints each one's median run,
+so a drift of the machine's speed reaches them alike.
 """
 
 from __future__ import annotations
@@ -84,14 +89,15 @@ def old_cli(argv: list[str]) -> int:
     return main(argv)
 
 
-def whole_run(variant: str, model: str, data: str, n: int) -> dict:
+def whole_run(variant: str, model: str, data: str, n: int, against: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as store:
         args = ["run", "--data", data, "--limit", str(n), "--model", model, "--store", store]
-        if variant == "run":
+        if variant in ("run", "base"):
             cmd = [sys.executable, "-m", "xai_ray.cli", *args]
         else:
             cmd = [sys.executable, __file__, "--old-cli", *args]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        code = against if variant == "base" else str(ROOT)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([code, os.environ.get("PYTHONPATH", "")])}
         start = time.time()
         subprocess.run(cmd, check=True, capture_output=True, env=env)
         seconds = time.time() - start
@@ -128,6 +134,8 @@ def main() -> None:
     parser.add_argument("data", nargs="?", default=str(ROOT.parent / "shared/data/imdb/train.parquet"))
     parser.add_argument("n", nargs="?", type=int, default=200)
     parser.add_argument("--skip", default="", help="variants to leave out: old")
+    parser.add_argument("--against", help="another checkout of xai-ray whose run is timed beside this one's")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each variant, in turn (medians printed)")
     parser.add_argument("--forward-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.forward_only:
@@ -136,14 +144,27 @@ def main() -> None:
     print(f"model {args.model}, {args.n} IMDB reviews (the README's main job), {os.cpu_count()} CPUs")
     fwd_cmd = [sys.executable, __file__, args.model, args.data, str(args.n), "--forward-only"]
     fwd = json.loads(subprocess.run(fwd_cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
-    results = {"run": whole_run("run", args.model, args.data, args.n)}
-    if "old" not in args.skip:
-        results["old"] = whole_run("old", args.model, args.data, args.n)
+    variants = ["run"] + (["base"] if args.against else []) + ([] if "old" in args.skip else ["old"])
+    runs = {name: [] for name in variants}
+    for _ in range(args.repeats):
+        for name in variants:
+            runs[name].append(whole_run(name, args.model, args.data, args.n, args.against))
+    results = {name: sorted(done, key=lambda r: r["seconds"])[len(done) // 2] for name, done in runs.items()}
     print(f"{'fwd: bare forward (SDPA, batched)':<44}{fwd['seconds']:>8.1f} s")
+    labels = {
+        "run": "run: xai-ray run, whole",
+        "base": f"base: xai-ray run from {Path(args.against or '.').name}",
+        "old": "old: xai-ray run, old scoring stage",
+    }
     for name, result in results.items():
-        label = "run: xai-ray run, whole" if name == "run" else "old: xai-ray run, old scoring stage"
         parts = ", ".join(f"{k} {v:.1f}" for k, v in result["phases"].items())
-        print(f"{label:<44}{result['seconds']:>8.1f} s   ({parts})")
+        print(f"{labels[name]:<44}{result['seconds']:>8.1f} s   ({parts})")
+    if args.repeats > 1:
+        for name, done in runs.items():
+            print(f"  {name} runs: " + ", ".join(f"{r['seconds']:.1f}" for r in done) + " s")
+    if "base" in results:
+        print(f"ratio base/fwd: {results['base']['seconds'] / fwd['seconds']:.2f}")
+        print(f"ratio run/base: {results['run']['seconds'] / results['base']['seconds']:.2f}")
     print(f"ratio run/fwd: {results['run']['seconds'] / fwd['seconds']:.2f}   goal <= 2")
     if "old" in results:
         print(f"ratio old/fwd: {results['old']['seconds'] / fwd['seconds']:.2f}")
