@@ -91,7 +91,7 @@ def old_cli(argv: list[str]) -> int:
 
 def whole_run(variant: str, model: str, data: str, n: int, against: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as store:
-        args = ["run", "--data", data, "--limit", str(n), "--model", model, "--store", store]
+        args = ["run", "--data", str(Path(data).resolve()), "--limit", str(n), "--model", model, "--store", store]
         if variant in ("run", "base"):
             cmd = [sys.executable, "-m", "xai_ray.cli", *args]
         else:
@@ -99,7 +99,7 @@ def whole_run(variant: str, model: str, data: str, n: int, against: str | None =
         code = against if variant == "base" else str(ROOT)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([code, os.environ.get("PYTHONPATH", "")])}
         start = time.time()
-        subprocess.run(cmd, check=True, capture_output=True, env=env)
+        subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=code)  # `-m` puts the cwd first
         seconds = time.time() - start
         logs = list((Path(store) / "logs").glob("*.log"))
         return {"seconds": seconds, "phases": phases(logs[0].read_text(), start, seconds) if logs else {}}
