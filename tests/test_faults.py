@@ -203,7 +203,6 @@ def _comparable(table):
 
 def test_out_of_memory_halves_the_group_and_loses_nothing(scorer_factory, monkeypatch):
     import xai_ray.model.capture as capture
-
     import xai_ray.scoring.actor as actor
 
     monkeypatch.setattr(actor, "CPU_PADDING", None)  # groups as a GPU's: cut by the token budget alone
