@@ -321,3 +321,28 @@ def test_keeping_aggregates_imports_no_chart_library(report_file):
         "assert 'altair' not in sys.modules and 'xai_ray.report.charts' not in sys.modules, sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_inlined_vega_bundle_is_built_once_per_version_and_kept_in_the_user_cache(tmp_path, monkeypatch):
+    import vl_convert
+
+    from xai_ray.report import page
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = page.vega_bundle()
+    kept = list((tmp_path / "cache" / "xai-ray").glob("vega-bundle-*.js"))
+    assert len(kept) == 1 and vl_convert.__version__ in kept[0].name and kept[0].read_text() == first
+    assert "vega-lite" in first.lower()
+
+    def never(**_):
+        raise AssertionError("the bundle was built again")
+
+    monkeypatch.setattr(vl_convert, "javascript_bundle", never)
+    assert page.vega_bundle() == first  # read back, not rebuilt
+
+    # a cache folder that cannot be made (a file in its way): built each time, the report still works
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, not a folder")
+    monkeypatch.undo()  # vl-convert itself again
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    assert page.vega_bundle() == first and blocked.read_text() == "a file, not a folder"

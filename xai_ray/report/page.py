@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path
 
 from xai_ray.config import ConfigError
@@ -123,10 +124,33 @@ STYLE = (
 )
 
 
-def _page(ctx: Context, sections: list[Section]) -> str:
+def vega_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one script, inlined so the page needs no network.
+    vl-convert builds it in about a second, the same for the same versions: kept in the user's
+    cache folder ($XDG_CACHE_HOME or ~/.cache, ``xai-ray/``) under both versions, and built again
+    where that folder cannot be written."""
     import vl_convert
 
-    bundle = vl_convert.javascript_bundle(vl_version=charts.vega_lite_version())
+    from xai_ray.store.files import write_atomically
+
+    version = charts.vega_lite_version()
+    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    cached = Path(home) / "xai-ray" / f"vega-bundle-{vl_convert.__version__}-{version}.js"
+    try:
+        return cached.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    bundle = vl_convert.javascript_bundle(vl_version=version)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(cached, bundle, durable=False)
+    except OSError:  # a read-only home: the next report builds it again
+        pass
+    return bundle
+
+
+def _page(ctx: Context, sections: list[Section]) -> str:
+    bundle = vega_bundle()
     nav = "".join(f"<a href='#{s.key}'>{html.escape(s.title)}</a>" for s in sections)
     body, scripts, index = [], [], 0
     for section in sections:
