@@ -1,6 +1,7 @@
 """Gradient methods (grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients) against
 hand-worked matrices and plain autograd written here (eager attention, output_attentions,
-retain_grad), on the tiny BERT, DistilBERT and RoBERTa models of conftest."""
+retain_grad), on the tiny BERT, DistilBERT and RoBERTa models of conftest; lrp (tests/test_lrp.py)
+joins them through the scorer: alone against in a batch, and in windows."""
 
 from __future__ import annotations
 
@@ -262,7 +263,7 @@ def test_a_document_scores_the_same_alone_and_in_a_batch(models, family):
 
 # --------------------------------------------------------------------------- through the scorer
 
-GRADIENT_METHODS = ("grad_rollout", "attn_x_grad", "input_x_gradient", "integrated_gradients")
+GRADIENT_METHODS = ("grad_rollout", "attn_x_grad", "input_x_gradient", "integrated_gradients", "lrp")
 
 
 def scored(scorer, texts, labels=None) -> dict:

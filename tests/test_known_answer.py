@@ -3,7 +3,7 @@
 The logit of class c is w_c . sum_j e_j, so a word's push toward class t over the other is exactly
 (w_t - w_other) . e_j. Every signed method, through the path the scoring actor takes (the
 gradient passes, then ``Method.explain``), must rank the words pushing toward the explained class
-first, for either class: a sign error in input x gradient or integrated gradients would put the
+first, for either class: a sign error in input x gradient, integrated gradients or lrp would put the
 other class's words on top. Integrated gradients' completeness error is also checked here,
 where f is smooth along the path and Gauss-Legendre nodes leave almost nothing."""
 
@@ -41,8 +41,11 @@ class BagOfEmbeddings(torch.nn.Module):
             table[word] = torch.tensor([0.05, 0.05])  # pushes neither way
         self.embeddings = torch.nn.Embedding.from_pretrained(table, freeze=True)
         self.head = torch.nn.Linear(2, 2, bias=False)
-        with torch.no_grad():  # class 1 reads dimension 0, class 0 dimension 1
-            self.head.weight.copy_(torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+        # Class 1 reads dimension 0 over dimension 1, class 0 the reverse. The rows are centred (the
+        # one-hot head [[0, 1], [1, 0]] less its mean row): the probabilities are the same, and each
+        # logit is then itself half the push toward its class, which lrp explains.
+        with torch.no_grad():
+            self.head.weight.copy_(torch.tensor([[-0.5, 0.5], [0.5, -0.5]]))
 
     def get_input_embeddings(self):
         return self.embeddings
@@ -58,7 +61,7 @@ def signed_methods() -> list[str]:
 
 
 def test_the_registry_has_signed_methods_to_check():
-    assert {"input_x_gradient", "integrated_gradients"} <= set(signed_methods())
+    assert {"input_x_gradient", "integrated_gradients", "lrp"} <= set(signed_methods())
 
 
 @pytest.mark.parametrize("target", [0, 1])

@@ -53,7 +53,7 @@ class RunConfig(CorpusSource):
     head_fusion: str = "mean"
     discard_ratio: float = 0.0
     start_layer: int = 1
-    # class-specific methods (grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients)
+    # class-specific methods (grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients, lrp)
     target: str | int = "pred"  # the class they explain: pred, label, a class index or one of the model's label names
     ig_steps: int = 20  # integrated_gradients: Gauss-Legendre nodes along the path
     # per-head statistics (xai_ray.methods.heads): the `heads` and `head_similarity` tables

@@ -57,14 +57,14 @@ MEANINGS = {
     "methods": "explanation methods, comma-separated: raw, norm (attention weighted by the norm of what "
     "each token sends), rollout, norm_rollout, globenc (norms through the residual and both layer "
     "norms, rolled out), flow, grad_rollout, attn_x_grad, input_x_gradient, "
-    "integrated_gradients",
+    "integrated_gradients, lrp (relevance propagation conserved through attention and layer norm)",
     "residual": "how rollout, norm_rollout and flow mix in the residual: half (0.5W + 0.5I) or none "
     "(globenc measures the residual itself and ignores it)",
     "head_fusion": "how a layer's heads are fused: mean, max or min (max/min rows renormalised)",
     "discard_ratio": "share of each head row's lowest weights dropped before fusion ([CLS] never), in [0, 1)",
     "start_layer": "first layer (1-based) rollout, norm_rollout and globenc multiply from; lower layers are not "
     "stored for them",
-    "target": "the class that grad_rollout, attn_x_grad, input_x_gradient and integrated_gradients explain: "
+    "target": "the class that grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients and lrp explain: "
     "pred (the predicted class), label (the true class; unlabelled documents become errors), "
     "a class index or one of the model's label names",
     "ig_steps": "integrated_gradients: Gauss-Legendre nodes along the path from the zero word-embedding baseline",

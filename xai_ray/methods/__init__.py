@@ -7,6 +7,7 @@ from xai_ray.methods import (  # noqa: F401  (registers the methods)
     grad_rollout,
     input_x_gradient,
     integrated_gradients,
+    lrp,
     norm,
     raw,
     rollout,

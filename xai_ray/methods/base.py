@@ -14,6 +14,8 @@ once per batch, whatever the number of methods reading it), per document:
     attention_gradients  (L, n, n)  per layer, the head mean of clamp(dy_t/dA * A, min=0) (Chefer et al.)
     input_x_gradient     (n,)       word embedding x gradient of log p_t, summed over the hidden size
     integrated_gradients (n,)       integrated gradients of log p_t from a zero word-embedding baseline
+    lrp                  (n,)       summed input embedding x gradient of the logit y_t, attention
+                                    probabilities and layer norms' 1/sigma held constant (``lrp``)
 
     scores: (L, n)     scores[l-1, j] = score of input position j read at layer l ([CLS] row)
 
@@ -47,7 +49,8 @@ GLOBENC = "globenc"
 ATTENTION_GRADIENTS = "attention_gradients"
 INPUT_GRADIENTS = "input_x_gradient"
 INTEGRATED_GRADIENTS = "integrated_gradients"
-GRADIENT_NEEDS = (ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS)
+LRP = "lrp"
+GRADIENT_NEEDS = (ATTENTION_GRADIENTS, INPUT_GRADIENTS, INTEGRATED_GRADIENTS, LRP)
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,8 @@ class Method:
 
 
 class TokenAttribution(Method):
-    """A method with one score per input token and no layers (input x gradient, integrated gradients).
+    """A method with one score per input token and no layers (input x gradient, integrated
+    gradients, lrp).
 
     Its scores are stored under the last layer and every other layer is NaN (not stored): layer l
     of every method reads the model up to layer l, and these read all of it, down from the

@@ -20,7 +20,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from xai_ray.model import attention_gradients, encoder_norms, value_norms
+from xai_ray.model import attention_gradients, encoder_norms, relevance, value_norms
 from xai_ray.model.attention_record import attention_of
 
 CAPTURE = "xai_capture"
@@ -110,6 +110,9 @@ def capture_attention(module, query, key, value, attention_mask, scaling=None, d
     """
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    conservative = relevance.active()
+    if conservative is not None:  # a relevance pass (relevance): probabilities held constant in the backward
+        return relevance.attend_detached(query, key, value, attention_mask, scaling, conservative), None
     gradients = attention_gradients.active()
     if gradients is not None:  # a gradient pass (attention_gradients): every layer's A hooked for backward
         return attention_gradients.attend_with_gradients(query, key, value, scaling, gradients), None

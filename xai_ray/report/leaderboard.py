@@ -50,6 +50,7 @@ PRIOR = (
     "rollout",
     "raw",
     "flow",
+    "lrp",  # conservative relevance propagation (Ali et al. 2022)
     "input_x_gradient",
 )
 

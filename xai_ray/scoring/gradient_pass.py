@@ -6,6 +6,8 @@ capture forward: once per batch and per kind of capture, however many methods re
     input_x_gradient      one forward + backward of log p_target (input_x_gradient)
     integrated_gradients  ig_steps forwards + backwards of log p_target along the path, and the
                           two forwards its completeness check needs (integrated_gradients)
+    lrp                   one forward + backward of the target logit, attention probabilities
+                          and layer norms' 1/sigma held constant (lrp)
 
 Each pass goes through a quarter of the forward's token budget at a time (a backward keeps every
 layer's activations). Which class each document is explained for is the run's ``target``: the
@@ -24,6 +26,7 @@ from xai_ray.methods.base import (
     GRADIENT_NEEDS,
     INPUT_GRADIENTS,
     INTEGRATED_GRADIENTS,
+    LRP,
     REGISTRY,
 )
 from xai_ray.methods.integrated_gradients import completeness_error
@@ -72,6 +75,7 @@ class GradientPasses:
 
         from xai_ray.model.attention_gradients import attention_gradients
         from xai_ray.model.gradients import input_x_gradient, integrated_gradients
+        from xai_ray.model.relevance import relevance
 
         mask = model_inputs["attention_mask"]
         lengths = mask.sum(dim=1).tolist()
@@ -81,7 +85,7 @@ class GradientPasses:
         if ATTENTION_GRADIENTS in self.needs:
             layers = self.model.config.num_hidden_layers
             captured[ATTENTION_GRADIENTS] = torch.zeros(batch, layers, n, n, dtype=torch.float32, device=device)
-        for need in {INPUT_GRADIENTS, INTEGRATED_GRADIENTS} & self.needs:
+        for need in {INPUT_GRADIENTS, INTEGRATED_GRADIENTS, LRP} & self.needs:
             captured[need] = torch.zeros(batch, n, dtype=torch.float32, device=device)
         if INTEGRATED_GRADIENTS in self.needs:
             captured["ig_delta"], captured["ig_completeness_error"] = np.zeros(batch), np.zeros(batch)
@@ -116,6 +120,11 @@ class GradientPasses:
                     captured["ig_delta"][r] = float(f_input[j] - f_baseline[j])
                     captured["ig_completeness_error"][r] = completeness_error(found[j], f_input[j], f_baseline[j])
                 _add(seconds, seconds_key(INTEGRATED_GRADIENTS), started)
+            if LRP in self.needs:
+                started = time.perf_counter()
+                scores, _ = relevance(self.model, chunk, chosen)  # (P, W)
+                captured[LRP][at, :width] = scores.float()
+                _add(seconds, seconds_key(LRP), started)
         return captured, seconds
 
     def _chunks(self, lengths: list[int]) -> list[list[int]]:
