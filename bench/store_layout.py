@@ -1,12 +1,13 @@
-"""Store layout 2 against layout 1: write cost per core, size per review and ad-hoc SQL, in one run.
+"""Store layouts 3 and 2 against layout 1: write cost per core, size per review and ad-hoc SQL, in one run.
 
     python bench/store_layout.py [--docs 2000] [--layers 6] [--methods raw,rollout] [--repeats 5] [--minilm]
 
 The same synthetic scorer rows (MiniLM's shape by default: 6 layers, raw + rollout, 512 tokens,
 ~400 words a review from a Zipf vocabulary; scores drawn from a gamma and normalised per review and
 layer, as attention shares are) are written by ``RunWriter`` in layout 1 (a table per method x
-layer: the previous layout) and in layout 2 (a row per token and word, a float column per
-method x layer), side by side in one store, on one core (no Ray: the work one writer does):
+layer), layout 2 (a row per token and word, a float column per method x layer) and layout 3 (a
+row per token, each word on its first token, a word's raw score and share stored only where they
+are not implied), side by side in one store, on one core (no Ray: the work one writer does):
   - encode: building the tables and encoding them as Parquet in memory (the write path's floor);
   - write: the same, with files, fsync and the part records (``RunWriter``);
   - size: tokens + words + docs on disk, plus the aggregate stage's kept word totals, per review;
@@ -14,7 +15,7 @@ method x layer), side by side in one store, on one core (no Ray: the work one wr
     aggregate over one method and layer, a per-review lookup, a join of docs with words.
 With ``--minilm`` the rows are the first --docs IMDB reviews scored by MiniLM (raw + rollout,
 512 tokens at most) instead: the sizes are then those of real reviews and real scores.
-The views are checked to return the same rows for both runs. Ends with one line:
+The views are checked to return the same rows for every run. Ends with one line, layout 1 -> 3:
 ``store: write BEFORE -> AFTER reviews/s per core (RATIOx); encode floor ...; store BEFORE -> AFTER KB/review``.
 """
 
@@ -43,6 +44,7 @@ from xai_ray.store.tables import parquet_options, part_tables  # noqa: E402
 from xai_ray.store.writer import RunWriter  # noqa: E402
 
 TOKENS, WORDS, BLOCK = 512, 400, 50
+VERSIONS = (1, 2, 3)  # layout 1 is the baseline of every ratio
 QUERIES = {
     "token aggregate": "select token, avg(score) as mean, count(*) as n from tokens where run_id = $run "
     "and method = $method and layer = $layer group by token order by mean desc, token limit 20",
@@ -162,42 +164,50 @@ def main() -> None:
     per_part = max(1, ROW_GROUP_ROWS // TOKENS)  # pipeline.writing.docs_per_part at the default part_rows
     with tempfile.TemporaryDirectory(prefix="xai-layout-") as tmp:
         store = Path(tmp)
-        encode = {v: encode_seconds(blocks, methods, v, per_part) for v in (1, 2)}
-        write = {v: write_seconds(store, f"layout{v}", blocks, methods, v) for v in (1, 2)}
-        for v in (1, 2):
+        encode = {v: encode_seconds(blocks, methods, v, per_part) for v in VERSIONS}
+        write = {v: write_seconds(store, f"layout{v}", blocks, methods, v) for v in VERSIONS}
+        for v in VERSIONS:
             keep_word_totals(store, f"layout{v}")
-        size = {v: kb_per_review(store, f"layout{v}", n) for v in (1, 2)}
+        size = {v: kb_per_review(store, f"layout{v}", n) for v in VERSIONS}
         con = open_store(store)
         for view in ("docs", "tokens", "words"):
             counts = [
                 con.execute(
-                    f"select count(*), sum(hash(columns(* exclude (run_id)))) from {view} where run_id = ?", [r]
+                    f"select count(*), sum(hash(columns(* exclude (run_id)))) from {view} where run_id = ?",
+                    [f"layout{v}"],
                 ).fetchone()
-                for r in ("layout1", "layout2")
+                for v in VERSIONS
             ]
-            assert counts[0] == counts[1], (view, counts)
+            assert counts.count(counts[0]) == len(counts), (view, counts)
         params = {"method": methods[-1], "layer": args.layers, "doc": f"train_{n // 2}"}
         times: dict[tuple[str, int], list[float]] = {}
         for _ in range(args.repeats):
             for name, sql in QUERIES.items():
-                for v in (1, 2):
+                for v in VERSIONS:
                     started = time.perf_counter()
                     bound = {k: x for k, x in {**params, "run": f"layout{v}"}.items() if f"${k}" in sql}
                     con.execute(sql, bound).fetchall()
                     times.setdefault((name, v), []).append(time.perf_counter() - started)
     shape = "IMDB reviews scored by MiniLM" if args.minilm else f"synthetic reviews of {TOKENS} tokens, {WORDS} words"
     print(f"{n} {shape}, {len(methods)} methods x {args.layers} layers; one core")
-    print(f"{'':28}{'layout 1':>12}{'layout 2':>12}{'ratio':>9}")
-    print(f"{'encode (reviews/s)':28}{n / encode[1]:12.0f}{n / encode[2]:12.0f}{encode[1] / encode[2]:8.1f}x")
-    print(f"{'write (reviews/s)':28}{n / write[1]:12.0f}{n / write[2]:12.0f}{write[1] / write[2]:8.1f}x")
-    print(f"{'store (KB/review)':28}{size[1]:12.1f}{size[2]:12.1f}{size[2] / size[1]:8.2f}x")
-    for name in QUERIES:
-        old, new = (statistics.median(times[(name, v)]) * 1000 for v in (1, 2))
-        print(f"{name + ' (ms)':28}{old:12.1f}{new:12.1f}{new / old:8.2f}x")
+    print(f"{'':28}" + "".join(f"{f'layout {v}':>12}" for v in VERSIONS) + f"{'2 / 1':>9}{'3 / 1':>9}")
+    rows = {
+        "encode (reviews/s)": ({v: n / encode[v] for v in VERSIONS}, "{:12.0f}"),
+        "write (reviews/s)": ({v: n / write[v] for v in VERSIONS}, "{:12.0f}"),
+        "store (KB/review)": (size, "{:12.1f}"),
+        **{
+            f"{name} (ms)": ({v: statistics.median(times[(name, v)]) * 1000 for v in VERSIONS}, "{:12.1f}")
+            for name in QUERIES
+        },
+    }
+    for label, (values, cell) in rows.items():
+        ratios = "".join(f"{values[v] / values[1]:8.2f}x" for v in VERSIONS[1:])
+        print(f"{label:28}" + "".join(cell.format(values[v]) for v in VERSIONS) + ratios)
+    last = VERSIONS[-1]
     print(
-        f"store: write {n / write[1]:.0f} -> {n / write[2]:.0f} reviews/s per core ({write[1] / write[2]:.1f}x); "
-        f"encode floor {n / encode[1]:.0f} -> {n / encode[2]:.0f} reviews/s ({encode[1] / encode[2]:.1f}x); "
-        f"store {size[1]:.1f} -> {size[2]:.1f} KB/review"
+        f"store: write {n / write[1]:.0f} -> {n / write[last]:.0f} reviews/s per core ({write[1] / write[last]:.1f}x); "
+        f"encode floor {n / encode[1]:.0f} -> {n / encode[last]:.0f} reviews/s ({encode[1] / encode[last]:.1f}x); "
+        f"store {size[1]:.1f} -> {size[last]:.1f} KB/review"
     )
 
 

@@ -14,6 +14,15 @@ from xai_ray.query.views import manifest_slices
 from xai_ray.store.aggregates import write_aggregate
 
 TOTALS_ROW_GROUP = 32_768
+# The sums stay float64 (topk's variance is a difference of them) but split by byte before zstd, as
+# the parts' scores are; only the two string columns get dictionary pages: a third smaller than
+# with pyarrow's defaults on a real run (17.8 -> 11.8 KB a review, 192 reviews), the same values.
+SUMS = ("total_lift", "squares_lift", "total_share", "squares_share")
+TOTALS_OPTIONS = {
+    "compression": "zstd",
+    "use_dictionary": ["method", "word"],
+    "column_encoding": dict.fromkeys(SUMS, "BYTE_STREAM_SPLIT"),
+}
 
 
 def keep_word_totals(store: str | Path, run_id: str) -> Path:
@@ -24,7 +33,9 @@ def keep_word_totals(store: str | Path, run_id: str) -> Path:
     frames = [run_named(con, WORD_TOTALS, run_id=run_id, method=method, layer=layer) for method, layer in slices]
     frame = pd.concat(frames, ignore_index=True).sort_values(["method", "layer", "word"])
     # sorted by method and layer in small row groups: a top-k of one slice reads only its groups
-    return write_aggregate(store, run_id, WORD_TOTALS, {"query": WORD_TOTALS}, frame, row_group_size=TOTALS_ROW_GROUP)
+    return write_aggregate(
+        store, run_id, WORD_TOTALS, {"query": WORD_TOTALS}, frame, row_group_size=TOTALS_ROW_GROUP, **TOTALS_OPTIONS
+    )
 
 
 def _has_totals(con, run_id: str) -> bool:

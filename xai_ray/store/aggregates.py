@@ -19,12 +19,16 @@ def _tag(params: dict) -> bytes:
     return json.dumps(params, sort_keys=True, default=str).encode()
 
 
-def write_aggregate(store: str | Path, run_id: str, name: str, params: dict, frame, row_group_size=None) -> Path:
+def write_aggregate(
+    store: str | Path, run_id: str, name: str, params: dict, frame, row_group_size=None, **options
+) -> Path:
     """Keep a finished run's aggregate (a small DataFrame) beside it, tagged with its parameters;
-    ``row_group_size``: small groups let a filtered read skip most of a sorted file."""
+    ``row_group_size``: small groups let a filtered read skip most of a sorted file; ``options``
+    go to ``pyarrow.parquet.write_table`` (encodings, compression)."""
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata({PARAMS_KEY: _tag(params)})
-    return write_parquet_atomically(aggregate_file(store, run_id, name), table, row_group_size=row_group_size)
+    path = aggregate_file(store, run_id, name)
+    return write_parquet_atomically(path, table, row_group_size=row_group_size, **options)
 
 
 def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):

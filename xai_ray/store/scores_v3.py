@@ -97,11 +97,23 @@ class Rows:
             doc_id = pa.concat_arrays([doc_id, pieces.word_columns[0].take(orphan)])
             word_id = pa.concat_arrays([word_id, pieces.word_columns[1].take(orphan)])
             position, token = (_padded(column, len(self.orphans)) for column in (position, token))
-        word_of_row = np.full(self.n_rows, -1, dtype=np.int64)
-        word_of_row[self.host] = np.arange(len(self.host))
-        at = pa.array(np.maximum(word_of_row, 0), mask=word_of_row < 0)
         words = [pieces.word_columns[2], *pieces.unit_columns, pa.array(pieces.unit_weight)]
-        return [doc_id, position, token, word_id, *(column.take(at) for column in words)]
+        return [doc_id, position, token, word_id, *(self._spread(column) for column in words)]
+
+    def _spread(self, column: pa.Array) -> pa.Array:
+        """A per-word column on the words' rows (null on the others); a dictionary column keeps its
+        dictionary, only its indices move."""
+        if column.null_count:  # not built so here, but kept exact if it were
+            word_of_row = np.zeros(self.n_rows, dtype=np.int64)
+            word_of_row[self.host] = np.arange(len(self.host))
+            return column.take(pa.array(word_of_row, mask=self.wordless))
+        dictionary = pa.types.is_dictionary(column.type)
+        values = (column.indices if dictionary else column).to_numpy(zero_copy_only=False)
+        spread = np.zeros(self.n_rows, dtype=values.dtype)
+        spread[self.host] = values
+        if dictionary:
+            return pa.DictionaryArray.from_arrays(pa.array(spread, mask=self.wordless), column.dictionary)
+        return pa.array(spread, mask=self.wordless, type=column.type)
 
     def slice_columns(self, values: np.ndarray, shares: np.ndarray, raw: np.ndarray):
         """``(kind, array)`` of one method and layer: its score, raw_score, divisor and share columns."""
