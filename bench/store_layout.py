@@ -7,7 +7,7 @@ The same synthetic scorer rows (MiniLM's shape by default: 6 layers, raw + rollo
 layer, as attention shares are) are written by ``RunWriter`` in layout 1 (a table per method x
 layer), layout 2 (a row per token and word, a float column per method x layer) and layout 3 (a
 row per token, each word on its first token, a word's raw score and share stored only where they
-are not implied), side by side in one store, on one core (no Ray: the work one writer does):
+are not implied), each in a store of its own, on one core (no Ray: the work one writer does):
   - encode: building the tables and encoding them as Parquet in memory (the write path's floor);
   - write: the same, with files, fsync and the part records (``RunWriter``);
   - size: tokens + words + docs on disk, plus the aggregate stage's kept word totals, per review;
@@ -163,19 +163,22 @@ def main() -> None:
     n = args.docs
     per_part = max(1, ROW_GROUP_ROWS // TOKENS)  # pipeline.writing.docs_per_part at the default part_rows
     with tempfile.TemporaryDirectory(prefix="xai-layout-") as tmp:
-        store = Path(tmp)
+        # a store per layout: a view then holds only its layout's selects, as a user's store would
+        stores = {v: Path(tmp) / f"layout{v}" for v in VERSIONS}
         encode = {v: encode_seconds(blocks, methods, v, per_part) for v in VERSIONS}
-        write = {v: write_seconds(store, f"layout{v}", blocks, methods, v) for v in VERSIONS}
+        write = {v: write_seconds(stores[v], f"layout{v}", blocks, methods, v) for v in VERSIONS}
         for v in VERSIONS:
-            keep_word_totals(store, f"layout{v}")
-        size = {v: kb_per_review(store, f"layout{v}", n) for v in VERSIONS}
-        con = open_store(store)
+            keep_word_totals(stores[v], f"layout{v}")
+        size = {v: kb_per_review(stores[v], f"layout{v}", n) for v in VERSIONS}
+        cons = {v: open_store(stores[v]) for v in VERSIONS}
         for view in ("docs", "tokens", "words"):
             counts = [
-                con.execute(
+                cons[v]
+                .execute(
                     f"select count(*), sum(hash(columns(* exclude (run_id)))) from {view} where run_id = ?",
                     [f"layout{v}"],
-                ).fetchone()
+                )
+                .fetchone()
                 for v in VERSIONS
             ]
             assert counts.count(counts[0]) == len(counts), (view, counts)
@@ -186,7 +189,7 @@ def main() -> None:
                 for v in VERSIONS:
                     started = time.perf_counter()
                     bound = {k: x for k, x in {**params, "run": f"layout{v}"}.items() if f"${k}" in sql}
-                    con.execute(sql, bound).fetchall()
+                    cons[v].execute(sql, bound).fetchall()
                     times.setdefault((name, v), []).append(time.perf_counter() - started)
     shape = "IMDB reviews scored by MiniLM" if args.minilm else f"synthetic reviews of {TOKENS} tokens, {WORDS} words"
     print(f"{n} {shape}, {len(methods)} methods x {args.layers} layers; one core")

@@ -11,13 +11,15 @@ token). Per method and layer, on a word's row:
     (bit for bit; a word of one token, most words, is its token's score: 0 + x = x);
   - ``divisor:<m>:<l>``: a float32 per document such that raw / divisor (IEEE float32 division)
     is the word's share bit for bit, as the scorer divides each word's sum by the document's
-    total; the writer finds it near the total and checks it on every word;
+    total; the writer finds it near the total and checks it on every word. It is set on every
+    row of the document (a run of one value: as small as on its words alone, and a column
+    without nulls encodes faster);
   - ``share:<m>:<l>``: the share itself, on the words of a document where no divisor reproduced
     every word's share (null elsewhere); a column only in a part that needs it, listed under
     ``shares`` in the part's record and the run's manifest, so the view reads it only then.
 So a review's floats are its token scores plus the few words of more than one token, where layout
 2 stored the tokens and two floats per word. The views (``query.views``) rebuild layout 2's rows:
-tokens from ``score``, words from the rows with a divisor.
+tokens from ``score``, words from the rows with a ``span_id``.
 """
 
 from __future__ import annotations
@@ -62,11 +64,14 @@ class Rows:
     """Where each word sits among a batch's token rows: ``host[w]`` is word w's row (its first
     token's, or an extra row after the tokens for a word without a token)."""
 
-    def __init__(self, n_tokens: int, host: np.ndarray, orphans: np.ndarray, word_doc: np.ndarray, n_docs: int):
+    def __init__(
+        self, n_tokens: int, host: np.ndarray, orphans: np.ndarray, word_doc: np.ndarray, row_doc, n_docs: int
+    ):
         self.n_tokens = n_tokens  # token rows; the extra rows follow them
         self.host = host  # (words,) int64
         self.orphans = orphans  # (extra rows,) the words that have no token
         self.word_doc = word_doc  # (words,) the batch-local document of each word
+        self.row_doc = row_doc  # (rows,) and of each row
         self.n_docs = n_docs
         self.n_rows = n_tokens + len(orphans)
         self.wordless = np.ones(self.n_rows, dtype=bool)  # (rows,) the rows no word sits on
@@ -87,7 +92,8 @@ class Rows:
         host[first_of] = np.flatnonzero(inside)[first_row]
         orphans = np.flatnonzero(host < 0)
         host[orphans] = len(local) + np.arange(len(orphans))
-        return cls(len(local), host, orphans, word_doc, n_docs)
+        row_doc = np.concatenate([token_doc, word_doc[orphans]])
+        return cls(len(local), host, orphans, word_doc, row_doc, n_docs)
 
     def id_columns(self, pieces: Pieces) -> list[pa.Array]:
         """doc_id, position, token, word_id, word, span_id, joined, unit_weight for every row."""
@@ -128,7 +134,7 @@ class Rows:
             pa.array(values, mask=np.arange(self.n_rows) >= self.n_tokens) if len(self.orphans) else pa.array(values),
         )
         yield "raw_score", self._on_words(raw, kept)
-        yield "divisor", self._on_words(divisor[self.word_doc])
+        yield "divisor", pa.array(divisor[self.row_doc])
         if not exact.all():  # a column only where needed: the part's record lists it (tables.shares_of)
             yield "share", self._on_words(shares, ~exact[self.word_doc])
 
@@ -157,10 +163,11 @@ def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: 
     candidates = _candidates(raw, word_doc, n_docs)
     divisor = next(candidates)
     with np.errstate(all="ignore"):
-        wrong = ~_same(raw / divisor[word_doc], shares)  # (words,)
-        if not wrong.any() and (divisor != 0).all():  # the common case: the float32 total is the scorer's
+        first = divisor[word_doc]  # (words,)
+        wrong = ~_same(raw / first, shares)  # (words,)
+        if not wrong.any() and (first != 0).all():  # the common case: the float32 total is the scorer's
             return divisor, np.ones(n_docs, dtype=bool)
-        exact = (np.bincount(word_doc[wrong], minlength=n_docs) == 0) & (divisor != 0)
+        exact = np.bincount(word_doc[wrong | (first == 0)], minlength=n_docs) == 0  # a document without words too
         words = np.flatnonzero(~exact[word_doc])
         for candidate in candidates:
             docs = word_doc[words]

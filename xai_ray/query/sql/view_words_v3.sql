@@ -1,5 +1,5 @@
 -- words of runs in store layout 3: one row per run, document, method, layer and word. A word is
--- stored on its first token's row: its raw score is that token's score unless stored beside it,
+-- stored on its first token's row (the rows with a span_id): its raw score is that token's score unless stored beside it,
 -- its share that raw score / the document's divisor (float32 division, bit for bit the scorer's
 -- share) unless the part kept the share itself; lift is the share x the word's unit weight, in
 -- double then rounded to float, as layout 1 stored it.
@@ -22,4 +22,4 @@ from read_parquet(
     union_by_name = true,  -- a part whose batches left this layer out has no column: null, no rows
     hive_types = {'run_id': VARCHAR}
 )
-where "divisor:@slice@" is not null
+where span_id is not null and "divisor:@slice@" is not null  -- a word's row, in a part holding this slice
