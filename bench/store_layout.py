@@ -3,8 +3,8 @@
     python bench/store_layout.py [--docs 2000] [--layers 6] [--methods raw,rollout] [--repeats 5] [--minilm]
 
 The same synthetic scorer rows (MiniLM's shape by default: 6 layers, raw + rollout, 512 tokens,
-~400 words a review from a Zipf vocabulary; scores drawn from a gamma and normalised per review and
-layer, as attention shares are) are written by ``RunWriter`` in layout 1 (a table per method x
+~400 words a review from a Zipf vocabulary; token scores drawn from a gamma and normalised per
+review and layer, as attention shares are, and words summed from them as the scorer sums them) are written by ``RunWriter`` in layout 1 (a table per method x
 layer), layout 2 (a row per token and word, a float column per method x layer) and layout 3 (a
 row per token, each word on its first token, a word's raw score and share stored only where they
 are not implied), each in a store of its own, on one core (no Ray: the work one writer does):
@@ -90,10 +90,18 @@ def block(n_docs: int, first: int, methods: list[str], layers: int, rng) -> pa.T
         "model_fingerprint": ["f" * 64] * n_docs,
     }
     for method in methods:
-        table[f"scores_{method}"] = shares(rng, n_docs, layers, TOKENS)
-        word_scores = shares(rng, n_docs, layers, WORDS)
-        table[f"word_scores_{method}"] = word_scores
-        table[f"word_raw_{method}"] = [w * 3 for w in word_scores]
+        tokens = shares(rng, n_docs, layers, TOKENS)
+        table[f"scores_{method}"] = tokens
+        # words as the scorer makes them: a word's raw score the float32 sum of its tokens' scores,
+        # its share that over the review's words (words.merge_batch)
+        raw, spread = [], []
+        for d in range(n_docs):
+            scores, index = tokens[d].reshape(layers, TOKENS), columns["word_index"][d]
+            sums = np.zeros((layers, WORDS), dtype=np.float32)
+            np.add.at(sums.T, index[index >= 0], scores[:, index >= 0].T)
+            raw.append(sums.ravel())
+            spread.append((sums / sums.sum(axis=1, keepdims=True, dtype=np.float32)).ravel())
+        table[f"word_raw_{method}"], table[f"word_scores_{method}"] = raw, spread
     schema = row_schema(methods)
     arrays = [pa.array(table[f.name], f.type) if f.name in table else pa.nulls(n_docs, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -30,8 +30,8 @@ def local(lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
 
 
-def layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
-    """``layer -> (sum lengths,) float32``: layer l of every document's flattened (L, n) scores, in order."""
+def _gathered(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
+    """(flat float32 values, each element's offset in layer 0, each element's layer stride)."""
     lists = column.combine_chunks()
     values = flat(lists).to_numpy(zero_copy_only=False)
     if values.dtype != np.float32:
@@ -40,8 +40,19 @@ def layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
     if values.size != expected:
         raise ValueError(f"a score column holds {values.size} values where L x lengths make {expected}")
     starts = np.repeat(np.cumsum(lengths * n_layers) - lengths * n_layers, lengths) + local(lengths)
-    widths = np.repeat(lengths, lengths)
+    return values, starts, np.repeat(lengths, lengths)
+
+
+def layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
+    """``layer -> (sum lengths,) float32``: layer l of every document's flattened (L, n) scores, in order."""
+    values, starts, widths = _gathered(column, lengths, n_layers)
     return lambda layer: values[starts + layer * widths]
+
+
+def every_layer(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int) -> np.ndarray:
+    """(L, sum lengths) float32: what ``layers`` gives for each layer, in one gather."""
+    values, starts, widths = _gathered(column, lengths, n_layers)
+    return values[starts[None, :] + np.arange(n_layers)[:, None] * widths[None, :]]  # (L, sum lengths)
 
 
 def defined_slices(scored: pa.Table, methods: list[str], pieces: Pieces):

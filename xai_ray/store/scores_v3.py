@@ -11,7 +11,7 @@ token). Per method and layer, on a word's row:
     (bit for bit; a word of one token, most words, is its token's score: 0 + x = x);
   - ``divisor:<m>:<l>``: a float32 per document such that raw / divisor (IEEE float32 division)
     is the word's share bit for bit, as the scorer divides each word's sum by the document's
-    total; the writer finds it near the total and checks it on every word. It is set on every
+    total; the writer finds it at or next to the total and checks it on every word. It is set on every
     row of the document (a run of one value: as small as on its words alone, and a column
     without nulls encodes faster);
   - ``share:<m>:<l>``: the share itself, on the words of a document where no divisor reproduced
@@ -27,11 +27,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from xai_ray.store.pieces import Pieces, defined_slices
+from xai_ray.store.pieces import Pieces, every_layer
 from xai_ray.store.schemas import SCORE_PIECES, slice_column
 
 TOKEN_TABLE = "token_scores"
-STEPS = 16  # ulps either side of the float32 total tried as a document's divisor
+STEPS = 2  # ulps either side of the total a document's largest share implies, tried as its divisor
 
 
 def _encoded(schema: pa.Schema) -> list[pa.Field]:
@@ -47,11 +47,22 @@ def add(out, scored: pa.Table, methods: list[str], pieces: Pieces) -> None:
     rows = Rows.of(pieces)
     fields, arrays = list(FIELDS), rows.id_columns(pieces)
     slices = 0
-    for method, layer, values, shares, raw in defined_slices(scored, methods, pieces):
-        slices += 1
-        for kind, array in rows.slice_columns(values, shares, raw):
-            fields.append(pa.field(slice_column(kind, method, layer), pa.float32()))
-            arrays.append(array)
+    for method in methods:
+        values, shares, raw = (
+            every_layer(scored.column(f"{prefix}_{method}"), count, pieces.n_layers)  # (L, tokens or words)
+            for prefix, count in (
+                ("scores", pieces.n_tokens),
+                ("word_scores", pieces.n_words),
+                ("word_raw", pieces.n_words),
+            )
+        )
+        # a layer the method leaves out (below start_layer: NaN everywhere in the batch) gets no columns
+        defined = np.flatnonzero(~np.isnan(values).all(axis=1) if values.shape[1] else np.ones(len(values), bool))
+        for layer, columns in zip(defined, rows.slice_columns(values[defined], shares[defined], raw[defined])):
+            slices += 1
+            for kind, array in columns:
+                fields.append(pa.field(slice_column(kind, method, int(layer) + 1), pa.float32()))
+                arrays.append(array)
     if not slices:
         return
     out.add(TOKEN_TABLE, pa.Table.from_arrays(arrays, schema=pa.schema(fields)))
@@ -122,21 +133,28 @@ class Rows:
         return pa.array(spread, mask=self.wordless, type=column.type)
 
     def slice_columns(self, values: np.ndarray, shares: np.ndarray, raw: np.ndarray):
-        """``(kind, array)`` of one method and layer: its score, raw_score, divisor and share columns."""
+        """Per layer of one method's (L, tokens) scores and (L, words) shares and raw scores, the
+        ``(kind, array)`` pairs of its score, raw_score, divisor and share columns."""
+        n_layers = len(values)
         if len(self.orphans):
-            values = np.concatenate([values, np.full(len(self.orphans), np.nan, np.float32)])  # (rows,)
-        kept = ~_same(raw, values[self.host])  # (words,) raw differs from its first token's score
+            values = np.concatenate([values, np.full((n_layers, len(self.orphans)), np.nan, np.float32)], axis=1)
+        kept = ~_same(raw, values[:, self.host])  # (L, words) raw differs from its first token's score
         if len(self.orphans):
-            kept[self.n_tokens <= self.host] = True  # a word without a token keeps its raw score
-        divisor, exact = divisors(raw, shares, self.word_doc, self.n_docs)
-        yield (
-            "score",
-            pa.array(values, mask=np.arange(self.n_rows) >= self.n_tokens) if len(self.orphans) else pa.array(values),
-        )
-        yield "raw_score", self._on_words(raw, kept)
-        yield "divisor", pa.array(divisor[self.row_doc])
-        if not exact.all():  # a column only where needed: the part's record lists it (tables.shares_of)
-            yield "share", self._on_words(shares, ~exact[self.word_doc])
+            kept[:, self.n_tokens <= self.host] = True  # a word without a token keeps its raw score
+        # every layer's documents at once: document d of layer l is group l x D + d
+        groups = (np.arange(n_layers)[:, None] * self.n_docs + self.word_doc[None, :]).ravel()  # (L x words,)
+        divisor, exact = divisors(raw.ravel(), shares.ravel(), groups, n_layers * self.n_docs)
+        divisor, exact = divisor.reshape(n_layers, self.n_docs), exact.reshape(n_layers, self.n_docs)
+        extra = np.arange(self.n_rows) >= self.n_tokens if len(self.orphans) else None
+        for layer in range(n_layers):
+            columns = [
+                ("score", pa.array(values[layer], mask=extra)),
+                ("raw_score", self._on_words(raw[layer], kept[layer])),
+                ("divisor", pa.array(divisor[layer][self.row_doc])),
+            ]
+            if not exact[layer].all():  # a column only where needed: the part's record lists it (tables.shares_of)
+                columns.append(("share", self._on_words(shares[layer], ~exact[layer][self.word_doc])))
+            yield columns
 
     def _on_words(self, values: np.ndarray, keep: np.ndarray | None = None) -> pa.Array:
         """``values`` (one per word) on the rows of the words ``keep`` marks (every word by
@@ -157,22 +175,22 @@ class Rows:
 def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):
     """(divisor (D,) float32, exact (D,) bool): per document, a float32 d with raw / d == share
     bit for bit on each of its words, where one was found. Tried in turn: the document's total
-    (sum of raw, then of |raw| for a signed method) rounded to float32 and up to ``STEPS`` ulps
-    either side (the scorer's float32 sum rounds in its own order), then inf (a total <= 0 makes
-    every share 0) and NaN (a NaN total); each only on the documents still open."""
-    candidates = _candidates(raw, word_doc, n_docs)
-    divisor = next(candidates)
+    rounded to float32 (the scorer's own, but for its summation order), then for the documents
+    still open the total its largest share implies (raw / share of that word, within an ulp of the
+    scorer's total) and ``STEPS`` ulps either side, then inf (a total <= 0 makes every share 0) and
+    NaN (a NaN total)."""
     with np.errstate(all="ignore"):
+        divisor = np.bincount(word_doc, weights=raw, minlength=n_docs).astype(np.float32)  # (D,)
         first = divisor[word_doc]  # (words,)
-        wrong = ~_same(raw / first, shares)  # (words,)
-        if not wrong.any() and (first != 0).all():  # the common case: the float32 total is the scorer's
+        # a zero divisor is never kept: DuckDB without IEEE float division reads x / 0 as null
+        wrong = ~_same(raw / first, shares) | (first == 0)
+        if not wrong.any():  # the common case
             return divisor, np.ones(n_docs, dtype=bool)
-        exact = np.bincount(word_doc[wrong | (first == 0)], minlength=n_docs) == 0  # a document without words too
+        exact = np.bincount(word_doc[wrong], minlength=n_docs) == 0  # a document without words too
         words = np.flatnonzero(~exact[word_doc])
-        for candidate in candidates:
+        for candidate in _candidates(raw[words], shares[words], word_doc[words], n_docs):
             docs = word_doc[words]
             wrong = ~_same(raw[words] / candidate[docs], shares[words])
-            # a zero divisor is never kept: DuckDB without IEEE float division reads x / 0 as null
             fits = ~exact & (np.bincount(docs[wrong], minlength=n_docs) == 0) & (candidate != 0)
             divisor[fits] = candidate[fits]
             exact |= fits
@@ -182,15 +200,20 @@ def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: 
     return divisor, exact
 
 
-def _candidates(raw: np.ndarray, word_doc: np.ndarray, n_docs: int):
-    for weights in (raw, np.abs(raw)):
-        total = np.bincount(word_doc, weights=weights, minlength=n_docs).astype(np.float32)
-        yield total
-        up, down = total, total
-        for _ in range(STEPS):  # 1, -1, 2, -2 ... ulps away
-            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
-            yield up
-            yield down
+def _candidates(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):
+    size = np.abs(shares)
+    usable = (size > 0) & np.isfinite(size) & np.isfinite(raw)
+    largest = np.zeros(n_docs, dtype=np.float32)
+    np.maximum.at(largest, word_doc[usable], size[usable])
+    pick = usable & (size == largest[word_doc])  # each document's largest share: the most digits
+    implied = np.full(n_docs, np.nan, dtype=np.float32)
+    implied[word_doc[pick]] = raw[pick] / shares[pick]
+    yield implied
+    up, down = implied, implied
+    for _ in range(STEPS):  # 1, -1, 2, -2 ... ulps away
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+        yield up
+        yield down
     yield np.full(n_docs, np.inf, np.float32)
     yield np.full(n_docs, np.nan, np.float32)
 
