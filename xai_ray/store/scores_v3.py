@@ -174,23 +174,18 @@ class Rows:
 
 def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):
     """(divisor (D,) float32, exact (D,) bool): per document, a float32 d with raw / d == share
-    bit for bit on each of its words, where one was found. Tried in turn: the document's total
-    rounded to float32 (the scorer's own, but for its summation order), then for the documents
-    still open the total its largest share implies (raw / share of that word, within an ulp of the
-    scorer's total) and ``STEPS`` ulps either side, then inf (a total <= 0 makes every share 0) and
-    NaN (a NaN total)."""
+    bit for bit on each of its words, where one was found. Tried in turn, each on the documents
+    still open: the total the document's largest share implies (its raw score / its share: within
+    an ulp of the scorer's float32 total, whatever order the scorer summed in) and ``STEPS`` ulps
+    either side, then inf (a total <= 0 makes every share 0) and NaN (a NaN total)."""
+    divisor = np.full(n_docs, np.nan, dtype=np.float32)
+    exact = np.bincount(word_doc, minlength=n_docs) == 0  # a document without words needs none
+    words = np.arange(len(raw))
     with np.errstate(all="ignore"):
-        divisor = np.bincount(word_doc, weights=raw, minlength=n_docs).astype(np.float32)  # (D,)
-        first = divisor[word_doc]  # (words,)
-        # a zero divisor is never kept: DuckDB without IEEE float division reads x / 0 as null
-        wrong = ~_same(raw / first, shares) | (first == 0)
-        if not wrong.any():  # the common case
-            return divisor, np.ones(n_docs, dtype=bool)
-        exact = np.bincount(word_doc[wrong], minlength=n_docs) == 0  # a document without words too
-        words = np.flatnonzero(~exact[word_doc])
-        for candidate in _candidates(raw[words], shares[words], word_doc[words], n_docs):
+        for candidate in _candidates(raw, shares, word_doc, n_docs):
             docs = word_doc[words]
             wrong = ~_same(raw[words] / candidate[docs], shares[words])
+            # a zero divisor is never kept: DuckDB without IEEE float division reads x / 0 as null
             fits = ~exact & (np.bincount(docs[wrong], minlength=n_docs) == 0) & (candidate != 0)
             divisor[fits] = candidate[fits]
             exact |= fits
