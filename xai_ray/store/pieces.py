@@ -50,9 +50,15 @@ def layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
 
 
 def every_layer(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int) -> np.ndarray:
-    """(L, sum lengths) float32: what ``layers`` gives for each layer, in one gather."""
-    values, starts, widths = _gathered(column, lengths, n_layers)
-    return values[starts[None, :] + np.arange(n_layers)[:, None] * widths[None, :]]  # (L, sum lengths)
+    """(L, sum lengths) float32: what ``layers`` gives for each layer, each document's (L, n) block
+    moved whole (no index array of L x sum lengths)."""
+    values = flat(column.combine_chunks()).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    expected = int(lengths.sum()) * n_layers
+    if values.size != expected:
+        raise ValueError(f"a score column holds {values.size} values where L x lengths make {expected}")
+    ends = np.cumsum(lengths * n_layers)
+    blocks = [values[end - n * n_layers : end].reshape(n_layers, n) for end, n in zip(ends.tolist(), lengths.tolist())]
+    return np.concatenate(blocks, axis=1) if blocks else np.zeros((n_layers, 0), dtype=np.float32)  # (L, sum lengths)
 
 
 def defined_slices(scored: pa.Table, methods: list[str], pieces: Pieces):

@@ -11,7 +11,8 @@ token). Per method and layer, on a word's row:
     (bit for bit; a word of one token, most words, is its token's score: 0 + x = x);
   - ``divisor:<m>:<l>``: a float32 per document such that raw / divisor (IEEE float32 division)
     is the word's share bit for bit, as the scorer divides each word's sum by the document's
-    total; the writer finds it at or next to the total and checks it on every word. It is set on every
+    total; the writer finds it within two ulps of the total a word's share implies and checks it
+    on every word. It is set on every
     row of the document (a run of one value: as small as on its words alone, and a column
     without nulls encodes faster);
   - ``share:<m>:<l>``: the share itself, on the words of a document where no divisor reproduced
@@ -31,7 +32,7 @@ from xai_ray.store.pieces import Pieces, every_layer
 from xai_ray.store.schemas import SCORE_PIECES, slice_column
 
 TOKEN_TABLE = "token_scores"
-STEPS = 2  # ulps either side of the total a document's largest share implies, tried as its divisor
+STEPS = 2  # ulps either side of the total a word's share implies, tried as its document's divisor
 
 
 def _encoded(schema: pa.Schema) -> list[pa.Field]:
@@ -175,34 +176,33 @@ class Rows:
 def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):
     """(divisor (D,) float32, exact (D,) bool): per document, a float32 d with raw / d == share
     bit for bit on each of its words, where one was found. Tried in turn, each on the documents
-    still open: the total the document's largest share implies (its raw score / its share: within
-    an ulp of the scorer's float32 total, whatever order the scorer summed in) and ``STEPS`` ulps
+    still open: the total a word's share implies (its raw score / its share) and ``STEPS`` ulps
     either side, then inf (a total <= 0 makes every share 0) and NaN (a NaN total)."""
     divisor = np.full(n_docs, np.nan, dtype=np.float32)
     exact = np.bincount(word_doc, minlength=n_docs) == 0  # a document without words needs none
-    words = np.arange(len(raw))
+    words = None  # every word, then those of the documents still open
     with np.errstate(all="ignore"):
         for candidate in _candidates(raw, shares, word_doc, n_docs):
-            docs = word_doc[words]
-            wrong = ~_same(raw[words] / candidate[docs], shares[words])
+            docs, tried, wanted = (
+                (word_doc, raw, shares) if words is None else (word_doc[words], raw[words], shares[words])
+            )
+            wrong = ~_same(tried / candidate[docs], wanted)
             # a zero divisor is never kept: DuckDB without IEEE float division reads x / 0 as null
             fits = ~exact & (np.bincount(docs[wrong], minlength=n_docs) == 0) & (candidate != 0)
             divisor[fits] = candidate[fits]
             exact |= fits
-            words = words[~exact[docs]]
+            words = np.flatnonzero(~exact[docs]) if words is None else words[~exact[docs]]
             if not len(words):
                 break
     return divisor, exact
 
 
 def _candidates(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):
-    size = np.abs(shares)
-    usable = (size > 0) & np.isfinite(size) & np.isfinite(raw)
-    largest = np.zeros(n_docs, dtype=np.float32)
-    np.maximum.at(largest, word_doc[usable], size[usable])
-    pick = usable & (size == largest[word_doc])  # each document's largest share: the most digits
+    usable = (shares != 0) & np.isfinite(shares) & np.isfinite(raw)  # (words,)
     implied = np.full(n_docs, np.nan, dtype=np.float32)
-    implied[word_doc[pick]] = raw[pick] / shares[pick]
+    # any word of a document will do: a float32 share is within half an ulp of raw / total, so raw /
+    # share is within an ulp of the total (of the scorer's float32 total, whatever order it summed in)
+    implied[word_doc[usable]] = raw[usable] / shares[usable]
     yield implied
     up, down = implied, implied
     for _ in range(STEPS):  # 1, -1, 2, -2 ... ulps away
