@@ -10,7 +10,8 @@ row per token, each word on its first token, a word's raw score and share stored
 are not implied), each in a store of its own, on one core (no Ray: the work one writer does):
   - encode: building the tables and encoding them as Parquet in memory (the write path's floor);
   - write: the same, with files, fsync and the part records (``RunWriter``);
-  - size: tokens + words + docs on disk, plus the aggregate stage's kept word totals, per review;
+  - size: tokens + words + docs on disk, plus the aggregate stage's kept word totals, per review
+    (and the parts alone: what the writer writes);
   - queries: the views over each run (median of --repeats, alternating): a token and a word
     aggregate over one method and layer, a per-review lookup, a join of docs with words.
 With ``--minilm`` the rows are the first --docs IMDB reviews scored by MiniLM (raw + rollout,
@@ -137,18 +138,21 @@ def encode_seconds(blocks: list[pa.Table], methods: list[str], version: int, doc
     return time.perf_counter() - started
 
 
-def write_seconds(store: Path, run_id: str, blocks, methods: list[str], version: int) -> float:
+def write_seconds(store: Path, run_id: str, blocks, methods: list[str], version: int, n_layers: int) -> float:
     started = time.perf_counter()
     writer = RunWriter(store, run_id, methods, layout=version)
     for item in blocks:
         writer.write(item)
-    writer.publish({"created_at": run_id, "config": {"methods": methods}})
+    # the model's layers, as a run records them: layout 1's word totals are kept for each of them
+    writer.publish({"created_at": run_id, "config": {"methods": methods}, "model": {"n_layers": n_layers}})
     return time.perf_counter() - started
 
 
-def kb_per_review(store: Path, run_id: str, n_docs: int) -> float:
+PARTS = ("docs", "tokens", "words", "token_scores", "word_scores")  # what the writer writes, every layout
+
+
+def kb_per_review(store: Path, run_id: str, n_docs: int, kept=(*PARTS, "aggregates")) -> float:
     run = layout.run_dir(store, run_id)
-    kept = ("docs", "tokens", "words", "token_scores", "word_scores", "aggregates")
     size = sum(f.stat().st_size for name in kept for f in (run / name).rglob("*.parquet"))
     return size / n_docs / 1024
 
@@ -174,10 +178,11 @@ def main() -> None:
         # a store per layout: a view then holds only its layout's selects, as a user's store would
         stores = {v: Path(tmp) / f"layout{v}" for v in VERSIONS}
         encode = {v: encode_seconds(blocks, methods, v, per_part) for v in VERSIONS}
-        write = {v: write_seconds(stores[v], f"layout{v}", blocks, methods, v) for v in VERSIONS}
+        write = {v: write_seconds(stores[v], f"layout{v}", blocks, methods, v, args.layers) for v in VERSIONS}
         for v in VERSIONS:
             keep_word_totals(stores[v], f"layout{v}")
         size = {v: kb_per_review(stores[v], f"layout{v}", n) for v in VERSIONS}
+        parts = {v: kb_per_review(stores[v], f"layout{v}", n, PARTS) for v in VERSIONS}
         cons = {v: open_store(stores[v]) for v in VERSIONS}
         for view in ("docs", "tokens", "words"):
             counts = [
@@ -206,6 +211,7 @@ def main() -> None:
         "encode (reviews/s)": ({v: n / encode[v] for v in VERSIONS}, "{:12.0f}"),
         "write (reviews/s)": ({v: n / write[v] for v in VERSIONS}, "{:12.0f}"),
         "store (KB/review)": (size, "{:12.1f}"),
+        "  of which parts (KB/review)": (parts, "{:12.1f}"),
         **{
             f"{name} (ms)": ({v: statistics.median(times[(name, v)]) * 1000 for v in VERSIONS}, "{:12.1f}")
             for name in QUERIES
