@@ -1,7 +1,8 @@
 """A batch's per-token and per-word columns, built once and shared by every method x layer.
 
-Both store layouts (``scores_v1``: a row per method, layer and token; ``scores_v2``: a row per
-token, a column per method and layer) start from the same pieces: the document of each token and
+Every store layout (``scores_v1``: a row per method, layer and token; ``scores_v2``: a row per
+token and per word, a column per method and layer; ``scores_v3``: a row per token, its word on its
+first token) starts from the same pieces: the document of each token and
 word, its position, its text, and each word's unit (a contraction joined back) with the weight
 that turns a share into a lift. Everything here is a numpy gather over the scorer rows' flattened
 list columns: no Python object per token.

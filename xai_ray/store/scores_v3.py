@@ -12,12 +12,12 @@ token). Per method and layer, on a word's row:
   - ``divisor:<m>:<l>``: a float32 per document such that raw / divisor (IEEE float32 division)
     is the word's share bit for bit, as the scorer divides each word's sum by the document's
     total; the writer finds it within two ulps of the total a word's share implies and checks it
-    on every word. It is set on every
-    row of the document (a run of one value: as small as on its words alone, and a column
-    without nulls encodes faster);
+    on every word. It is set on every row of the document (a run of one value: as small as on
+    its words alone, and a column without nulls encodes faster);
   - ``share:<m>:<l>``: the share itself, on the words of a document where no divisor reproduced
     every word's share (null elsewhere); a column only in a part that needs it, listed under
-    ``shares`` in the part's record and the run's manifest, so the view reads it only then.
+    ``shares`` in the part's record and the run's manifest, so the view reads it only then. (The
+    CPU stage's methods, flow among them, normalise in float64: their shares are always kept.)
 So a review's floats are its token scores plus the few words of more than one token, where layout
 2 stored the tokens and two floats per word. The views (``query.views``) rebuild layout 2's rows:
 tokens from ``score``, words from the rows with a ``span_id``.
