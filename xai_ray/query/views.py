@@ -1,17 +1,19 @@
-"""The ``tokens`` and ``words`` views over runs of either store layout, as one SQL text each.
+"""The ``tokens`` and ``words`` views over runs of every store layout, as one SQL text each.
 
-A run in store layout 2 (``store.scores_v2``) keeps a part's tokens and words once, with a float
-column per method x layer; a run of layout 1 (written before layout 2) has a file per method x
-layer. The view is the union of one select per method x layer the runs hold (``view_tokens.sql``
-with the slice filled in: a filter on method and layer leaves DuckDB one branch, which reads the
-id columns and that slice's column) and, when layout-1 runs are present, their select
-(``view_tokens_v1.sql``). Same columns in the same order, so the view's rows are the same whichever
-layout wrote them (``tests/test_store_layouts.py``). Slice names come from the runs' manifests and
-are checked against ``schemas.SLICE`` before they enter SQL.
+A run in store layout 3 (``store.scores_v3``) keeps a part's tokens once, a word on its first
+token, with float columns per method x layer; layout 2 (``store.scores_v2``) kept tokens and words
+in two such tables; layout 1 (written before layout 2) has a file per method x layer. Each view
+is the union of one select per method x layer and source (``view_tokens.sql`` with the slice
+filled in: a filter on method and layer leaves DuckDB one branch, which reads the id columns and
+that slice's columns) and, when layout-1 runs are present, their select (``view_tokens_v1.sql``).
+Same columns in the same order, so the view's rows are the same whichever layout wrote them
+(``tests/test_store_layouts.py``). Slice names come from the runs' manifests and are checked
+against ``schemas.SLICE`` before they enter SQL.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from xai_ray.query.limits import QueryError
@@ -19,63 +21,99 @@ from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import SLICE
 from xai_ray.store.scores_v2 import TOKEN_TABLE, WORD_TABLE
 
-FOLDERS = {  # a view -> its folders in layout 1 and in layout 2
-    "tokens": ("tokens", TOKEN_TABLE),
-    "words": ("words", WORD_TABLE),
+
+@dataclass(frozen=True)
+class Source:
+    """Where a view's rows of some layouts are: their folder, the variable its files are bound to
+    (``files_<name>``) and the named query that selects them (per slice, or once)."""
+
+    name: str
+    folder: str
+    layouts: tuple[int, ...]
+    query: str
+    per_slice: bool = True
+
+
+SOURCES = {
+    "tokens": (
+        Source("tokens", "tokens", (1,), "view_tokens_v1", per_slice=False),
+        Source("token_scores", TOKEN_TABLE, (2, 3), "view_tokens"),  # a token row is the same in 2 and 3
+    ),
+    "words": (
+        Source("words", "words", (1,), "view_words_v1", per_slice=False),
+        Source("word_scores", WORD_TABLE, (2,), "view_words"),
+        Source("word_rows", TOKEN_TABLE, (3,), "view_words_v3"),  # layout 3: words on their tokens' rows
+    ),
 }
+# layout 3's share of a word: its raw score (the first token's score unless stored) / the divisor
+DERIVED_SHARE = 'coalesce("raw_score:@slice@", "score:@slice@") / "divisor:@slice@"'
 
 
 def run_layouts(run_dirs: list[Path]) -> dict[Path, dict]:
-    """Each run folder's layout and slices (``{"layout": 2, "slices": ["raw:1", ...]}``)."""
+    """Each run folder's layout, slices and kept shares (``{"layout": 3, "slices": ["raw:1", ...],
+    "shares": []}``)."""
     found = {}
     for folder in run_dirs:
         manifest = store_layout.read_manifest(folder / store_layout.MANIFEST)
         version = store_layout.run_layout(manifest, folder)
-        slices = (manifest.get("slices") or []) if version > 1 else []
-        if not isinstance(slices, list):
-            slices = [slices]
-        bad = [name for name in slices if not isinstance(name, str) or not SLICE.match(f"score:{name}")]
-        if bad:
-            raise QueryError(
-                f"the manifest of {folder.name!r} lists a slice {bad[0]!r} that is not METHOD:LAYER; "
-                "restore it or move the run folder out of the store"
-            )
-        found[folder] = {"layout": version, "slices": slices}
+        found[folder] = {
+            "layout": version,
+            "slices": _slice_names(manifest, "slices", folder) if version > 1 else [],
+            "shares": _slice_names(manifest, "shares", folder) if version > 2 else [],
+        }
     return found
+
+
+def _slice_names(manifest: dict, key: str, folder: Path) -> list[str]:
+    names = manifest.get(key) or []
+    if not isinstance(names, list):
+        names = [names]
+    bad = [name for name in names if not isinstance(name, str) or not SLICE.match(f"score:{name}")]
+    if bad:
+        raise QueryError(
+            f"the manifest of {folder.name!r} lists a slice {bad[0]!r} under {key!r} that is not METHOD:LAYER; "
+            "restore it or move the run folder out of the store"
+        )
+    return names
 
 
 def view_sql(view: str, runs: dict[Path, dict], files: dict[str, list[str]], sql_text) -> str | None:
     """The select of ``view`` (tokens or words) over ``runs`` (``run_layouts``), or None when no run
-    holds a file of it. ``files`` maps a folder name (``tokens``, ``token_scores``) to its files,
-    bound as ``files_<folder>``; ``sql_text`` reads a named query."""
-    legacy, sliced = FOLDERS[view]
-    slices = sorted({name for info in runs.values() for name in info["slices"]}, key=_order)
+    holds a file of it. ``files`` maps a source's name (``SOURCES``) to its files, bound as
+    ``files_<name>``; ``sql_text`` reads a named query."""
     branches = []
-    if files.get(sliced) and slices:
-        template = sql_text(f"view_{view}")
+    for source in SOURCES[view]:
+        if not files.get(source.name):
+            continue
+        if not source.per_slice:
+            branches.append(f"({sql_text(source.query)})")
+            continue
+        held = [info for info in runs.values() if info["layout"] in source.layouts]
+        slices = sorted({name for info in held for name in info["slices"]}, key=_order)
+        shares = {name for info in held for name in info["shares"]}
+        template = sql_text(source.query)
         for name in slices:
+            share = f'coalesce("share:@slice@", {DERIVED_SHARE})' if name in shares else DERIVED_SHARE
             method, layer = name.split(":")
-            branch = template.replace("@slice@", name).replace("@method@", method).replace("@layer@", layer)
+            branch = template.replace("@share@", share)
+            branch = branch.replace("@slice@", name).replace("@method@", method).replace("@layer@", layer)
             branches.append(f"({branch})")
-    if files.get(legacy):
-        branches.append(f"({sql_text(f'view_{view}_v1')})")
     return "\nunion all\n".join(branches) if branches else None
 
 
-def folder_files(root: Path, runs: dict[Path, dict], folder: str) -> list[str]:
-    """The Parquet files of ``folder`` in runs of the layout that writes it."""
-    wanted = 1 if folder in ("tokens", "words") else 2
+def folder_files(root: Path, runs: dict[Path, dict], source: Source) -> list[str]:
+    """The Parquet files of ``source``: its folder in the runs of its layouts."""
     return sorted(
         str(f)
         for run, info in runs.items()
-        if info["layout"] == wanted
-        for f in store_layout.store_files(root, run / folder, "*.parquet")
+        if info["layout"] in source.layouts
+        for f in store_layout.store_files(root, run / source.folder, "*.parquet")
     )
 
 
 def manifest_slices(manifest: dict) -> list[tuple[str, int]]:
-    """The (method, layer) slices a run may hold: its manifest's ``slices`` (layout 2), else every
-    method x layer of its model (layout 1; a slice the method leaves out simply has no rows)."""
+    """The (method, layer) slices a run may hold: its manifest's ``slices`` (layouts 2 and 3), else
+    every method x layer of its model (layout 1; a slice the method leaves out simply has no rows)."""
     if manifest.get("slices"):
         return [(name.split(":")[0], int(name.split(":")[1])) for name in manifest["slices"]]
     layers = int((manifest.get("model") or {}).get("n_layers") or 0)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from xai_ray.store.layout import staging_dir
 from xai_ray.store.schemas import LAYOUT
 from xai_ray.store.staging import commit_part
-from xai_ray.store.tables import error_table, parquet_options, part_tables, slices_of, stage_seconds
+from xai_ray.store.tables import error_table, parquet_options, part_tables, shares_of, slices_of, stage_seconds
 
 ROW_GROUP_ROWS = 256_000
 
@@ -74,6 +74,7 @@ class PartWriter:
             "node": node,
             "layout": self.layout,
             "slices": slices_of(tables),
+            "shares": shares_of(tables),
         }
         return commit_part(self.folder, part_key(ids), tables, record, ROW_GROUP_ROWS, parquet_options)
 
@@ -90,6 +91,7 @@ class PartWriter:
             "node": node,
             "layout": self.layout,
             "slices": [],
+            "shares": [],
         }
         tables = {"errors": table} if table.num_rows else {}
         return commit_part(self.folder, key, tables, record, ROW_GROUP_ROWS, parquet_options)

@@ -1,0 +1,25 @@
+-- words of runs in store layout 3: one row per run, document, method, layer and word. A word is
+-- stored on its first token's row (the rows with a span_id): its raw score is that token's score unless stored beside it,
+-- its share that raw score / the document's divisor (float32 division, bit for bit the scorer's
+-- share) unless the part kept the share itself; lift is the share x the word's unit weight, in
+-- double then rounded to float, as layout 1 stored it.
+-- (This file is one method and layer's select, filled in for each by query.views.)
+select
+    doc_id,
+    word_id,
+    word,
+    @share@ as score,
+    coalesce("raw_score:@slice@", "score:@slice@") as raw_score,
+    cast(cast(@share@ as double) * unit_weight as float) as lift,
+    span_id,
+    joined,
+    cast(@layer@ as integer) as layer,
+    cast('@method@' as varchar) as method,
+    run_id
+from read_parquet(
+    getvariable('files_word_rows'),
+    hive_partitioning = true,
+    union_by_name = true,  -- a part whose batches left this layer out has no column: null, no rows
+    hive_types = {'run_id': VARCHAR}
+)
+where span_id is not null and "divisor:@slice@" is not null  -- a word's row, in a part holding this slice
