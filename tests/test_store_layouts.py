@@ -89,6 +89,28 @@ def test_every_view_returns_the_same_rows_in_every_layout(store):
     assert third["shares"] == [] and "shares" not in second  # every share derived from its raw score
 
 
+def test_a_slice_reads_only_the_parts_whose_records_hold_it_and_a_run_without_records_reads_the_same(store, tmp_path):
+    import shutil
+
+    from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
+
+    runs = run_layouts([layout.run_dir(store, r) for r in ("two", "three")])
+    files = {s.name: folder_files(store, runs, s) for s in SOURCES["tokens"]}
+    select, bound = view_sql("tokens", runs, files, lambda name: f"@files@ @by_name@ {name}")
+    assert "true" not in select  # every file described by its part's record: no union_by_name
+    by_slice = {name.split("_")[3]: found for name, found in bound.items()}  # raw:1, raw:2, rollout:1, rollout:2
+    assert len(by_slice["3"]) == 4  # rollout:2: both parts of both runs
+    assert len(by_slice["2"]) == 2 and set(by_slice["2"]) < set(by_slice["3"])  # rollout:1: the second parts
+    copied = tmp_path / "copied"
+    shutil.copytree(store, copied)
+    for run_id in ("two", "three"):
+        shutil.rmtree(layout.run_dir(copied, run_id) / "_parts")  # a run copied without its records
+    con, before = open_store(copied), open_store(store)
+    for view in ("tokens", "words"):
+        for run_id in ("two", "three"):
+            assert rows(con, view, run_id) == rows(before, view, run_id), (view, run_id)
+
+
 def test_the_views_keep_their_columns_and_types(store):
     con = open_store(store)
     expected = {

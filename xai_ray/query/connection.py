@@ -86,10 +86,12 @@ def _create_views(con, root: Path, runs: list[Path], tables, prefix: str) -> lis
             files = {table: _files(root, runs, table)}
         for name, found in files.items():
             readable += found
-            if found:
+            if found and table not in SOURCES:
                 con.execute(f"SET VARIABLE files_{name} = ?", [found])
         if table in SOURCES:
-            select = view_sql(table, layouts, files, sql_text)
+            select, bound = view_sql(table, layouts, files, sql_text)
+            for variable, found in bound.items():
+                con.execute(f"SET VARIABLE {variable} = ?", [found])
             if select is not None and prefix == "union":
                 select = sql_text(f"union_{table}").replace("@parts@", select)
         else:

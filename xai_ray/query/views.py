@@ -13,6 +13,7 @@ against ``schemas.SLICE`` before they enter SQL.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from xai_ray.query.limits import QueryError
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import SLICE
 from xai_ray.store.scores_v2 import TOKEN_TABLE, WORD_TABLE
+from xai_ray.store.staging import PARTS
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ def run_layouts(run_dirs: list[Path]) -> dict[Path, dict]:
             "layout": version,
             "slices": _slice_names(manifest, "slices", folder) if version > 1 else [],
             "shares": _slice_names(manifest, "shares", folder) if version > 2 else [],
+            "parts": part_columns(folder) if version > 1 else {},
         }
     return found
 
@@ -77,28 +80,73 @@ def _slice_names(manifest: dict, key: str, folder: Path) -> list[str]:
     return names
 
 
-def view_sql(view: str, runs: dict[Path, dict], files: dict[str, list[str]], sql_text) -> str | None:
+def view_sql(view: str, runs: dict[Path, dict], files: dict[str, list[str]], sql_text) -> tuple[str | None, dict]:
     """The select of ``view`` (tokens or words) over ``runs`` (``run_layouts``), or None when no run
-    holds a file of it. ``files`` maps a source's name (``SOURCES``) to its files, bound as
-    ``files_<name>``; ``sql_text`` reads a named query."""
-    branches = []
+    holds a file of it, and the file lists its branches read, by variable (bound with ``SET
+    VARIABLE``). ``files`` maps a source's name (``SOURCES``) to its files; ``sql_text`` reads a
+    named query.
+
+    A slice's branch reads only the files whose part's record lists that slice, so DuckDB matches
+    columns by name without ``union_by_name`` (which opens every file's footer when the view is
+    bound, once per branch: most of a small query's time). Files no record describes (a run
+    copied without its ``_parts``) are read as before, with ``union_by_name``."""
+    branches, bound = [], {}
     for source in SOURCES[view]:
-        if not files.get(source.name):
+        found = files.get(source.name)
+        if not found:
             continue
         if not source.per_slice:
+            bound[f"files_{source.name}"] = found
             branches.append(f"({sql_text(source.query)})")
             continue
-        held = [info for info in runs.values() if info["layout"] in source.layouts]
-        slices = sorted({name for info in held for name in info["slices"]}, key=_order)
-        shares = {name for info in held for name in info["shares"]}
+        held = {run: info for run, info in runs.items() if info["layout"] in source.layouts}
+        slices = sorted({name for info in held.values() for name in info["slices"]}, key=_order)
         template = sql_text(source.query)
-        for name in slices:
-            share = f'coalesce("share:@slice@", {DERIVED_SHARE})' if name in shares else DERIVED_SHARE
-            method, layer = name.split(":")
-            branch = template.replace("@share@", share)
-            branch = branch.replace("@slice@", name).replace("@method@", method).replace("@layer@", layer)
-            branches.append(f"({branch})")
-    return "\nunion all\n".join(branches) if branches else None
+        for index, name in enumerate(slices):
+            for (described, shared), group in _groups(found, held, name).items():
+                variable = f"files_{source.name}_{index}_{int(described)}{int(shared)}"
+                bound[variable] = group
+                share = f'coalesce("share:@slice@", {DERIVED_SHARE})' if shared else DERIVED_SHARE
+                method, layer = name.split(":")
+                branch = template.replace("@share@", share).replace("@files@", variable)
+                branch = branch.replace("@by_name@", "false" if described else "true")
+                branch = branch.replace("@slice@", name).replace("@method@", method).replace("@layer@", layer)
+                branches.append(f"({branch})")
+    return ("\nunion all\n".join(branches) if branches else None), bound
+
+
+def _groups(files: list[str], runs: dict[Path, dict], name: str) -> dict[tuple[bool, bool], list[str]]:
+    """The files that may hold slice ``name``, by (described by a part record, with a share column)."""
+    groups: dict[tuple[bool, bool], list[str]] = {}
+    for run, info in runs.items():
+        if name not in info["slices"]:
+            continue
+        prefix = str(run) + "/"
+        for path in files:
+            if not path.startswith(prefix):
+                continue
+            part = info["parts"].get(path[len(prefix) :])
+            if part is None:  # no record: any part of the run may hold it, or not
+                groups.setdefault((False, name in info["shares"]), []).append(path)
+            elif name in part[0]:
+                groups.setdefault((True, name in part[1]), []).append(path)
+    return groups
+
+
+def part_columns(run: Path) -> dict[str, tuple[frozenset, frozenset]]:
+    """Each file of ``run``'s committed parts (relative to the run) -> the slices it holds and
+    those whose shares it keeps, from the parts' records (``_parts/part-*.json``); a record that
+    cannot be read describes nothing."""
+    found = {}
+    for path in sorted((run / PARTS).glob("part-*.json")):
+        try:
+            record = json.loads(path.read_text())
+            described = (frozenset(record.get("slices") or []), frozenset(record.get("shares") or []))
+            for name in record["files"]:
+                found[str(name)] = described
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return found
 
 
 def folder_files(root: Path, runs: dict[Path, dict], source: Source) -> list[str]:
