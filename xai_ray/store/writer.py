@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 from xai_ray.store import StoreError
 from xai_ray.store.files import write_atomically, write_parquet_atomically
 from xai_ray.store.layout import MANIFEST, run_dir, staging_dir
+from xai_ray.store.records import PartRecord
 from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, HEAD_SIMILARITY, HEADS, LAYOUT
 from xai_ray.store.staging import Staging, StagingError
-from xai_ray.store.tables import PartTables, error_table, parquet_options, part_tables, shares_of, slices_of
+from xai_ray.store.tables import PartTables, error_table, parquet_options, part_tables
 
 ROW_GROUP_ROWS = 256_000
 
@@ -187,17 +188,16 @@ class RunWriter:
             return
         counts = {**self.pending.counts, "duplicates": self.pending_duplicates}
         tables = self.pending.merged()
-        record = {
-            "doc_ids": self.pending_ids,
-            "counts": counts,
-            "fingerprints": sorted(self.pending.fingerprints),
-            "n_layers": self.n_layers or self.pending.n_layers,
-            "read_errors": self.pending_read_errors,
-            "totals": self.pending_totals.state() if self.pending_totals is not None else None,
-            "layout": self.layout,
-            "slices": slices_of(tables),
-            "shares": shares_of(tables),
-        }
+        record = PartRecord.of(
+            tables,
+            self.pending_ids,
+            counts,
+            self.layout,
+            fingerprints=sorted(self.pending.fingerprints),
+            n_layers=self.n_layers or self.pending.n_layers,
+            read_errors=self.pending_read_errors,
+            totals=self.pending_totals.state() if self.pending_totals is not None else None,
+        )
         record = self.stage.commit(tables, record, ROW_GROUP_ROWS, parquet_options)
         self.slices.update(record["slices"])
         self.shares.update(record["shares"])
