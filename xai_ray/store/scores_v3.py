@@ -33,6 +33,7 @@ from xai_ray.store.schemas import SCORE_PIECES, slice_column
 
 TOKEN_TABLE = "token_scores"
 STEPS = 2  # ulps either side of the total a word's share implies, tried as its document's divisor
+PROBE = 4  # words of a document a divisor is tried on before all of them
 
 
 def _encoded(schema: pa.Schema) -> list[pa.Field]:
@@ -177,24 +178,41 @@ def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: 
     """(divisor (D,) float32, exact (D,) bool): per document, a float32 d with raw / d == share
     bit for bit on each of its words, where one was found. Tried in turn, each on the documents
     still open: the total a word's share implies (its raw score / its share) and ``STEPS`` ulps
-    either side, then inf (a total <= 0 makes every share 0) and NaN (a NaN total)."""
+    either side, then inf (a total <= 0 makes every share 0) and NaN (a NaN total). A candidate is
+    first tried on a document's first ``PROBE`` words and checked on all of them only where those
+    fit, so a method whose shares no divisor gives (normalised in float64: flow) costs a few
+    words a try, not every word."""
     divisor = np.full(n_docs, np.nan, dtype=np.float32)
     exact = np.bincount(word_doc, minlength=n_docs) == 0  # a document without words needs none
-    words = None  # every word, then those of the documents still open
+    probe = _first_words(word_doc, PROBE)  # (words,) bool
     with np.errstate(all="ignore"):
         for candidate in _candidates(raw, shares, word_doc, n_docs):
-            docs, tried, wanted = (
-                (word_doc, raw, shares) if words is None else (word_doc[words], raw[words], shares[words])
-            )
-            wrong = ~_same(tried / candidate[docs], wanted)
-            # a zero divisor is never kept: DuckDB without IEEE float division reads x / 0 as null
-            fits = ~exact & (np.bincount(docs[wrong], minlength=n_docs) == 0) & (candidate != 0)
+            open_doc = ~exact & (candidate != 0)  # a zero divisor is never kept: DuckDB reads x / 0 as null
+            maybe = open_doc & _fits(raw, shares, word_doc, candidate, probe & open_doc[word_doc], n_docs)
+            fits = maybe & _fits(raw, shares, word_doc, candidate, maybe[word_doc], n_docs)
             divisor[fits] = candidate[fits]
             exact |= fits
-            words = np.flatnonzero(~exact[docs]) if words is None else words[~exact[docs]]
-            if not len(words):
+            if exact.all():
                 break
     return divisor, exact
+
+
+def _fits(raw, shares, word_doc, candidate, chosen: np.ndarray, n_docs: int) -> np.ndarray:
+    """(D,) bool: no ``chosen`` word of the document has raw / candidate != its share."""
+    words = np.flatnonzero(chosen)
+    docs = word_doc[words]
+    wrong = ~_same(raw[words] / candidate[docs], shares[words])
+    return np.bincount(docs[wrong], minlength=n_docs) == 0
+
+
+def _first_words(word_doc: np.ndarray, count: int) -> np.ndarray:
+    """(words,) bool: the first ``count`` words of each document (words are grouped by document;
+    where they are not, every word)."""
+    if len(word_doc) < 2 or (np.diff(word_doc) < 0).any():
+        return np.ones(len(word_doc), dtype=bool)
+    starts = np.flatnonzero(np.r_[True, word_doc[1:] != word_doc[:-1]])
+    rank = np.arange(len(word_doc)) - np.repeat(starts, np.diff(np.r_[starts, len(word_doc)]))
+    return rank < count
 
 
 def _candidates(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):
