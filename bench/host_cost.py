@@ -40,7 +40,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,6 +49,7 @@ from xai_ray.methods import AttentionOptions, get_method  # noqa: E402
 from xai_ray.pipeline.writing import docs_per_part  # noqa: E402
 from xai_ray.scoring.rows import review_meta, row_schema, score_arrays, table_of  # noqa: E402
 from xai_ray.scoring.segments import MergedBatch  # noqa: E402
+from xai_ray.store.files import write_parquet  # noqa: E402
 from xai_ray.store.parts import ROW_GROUP_ROWS  # noqa: E402
 from xai_ray.store.schemas import LAYOUT  # noqa: E402
 from xai_ray.store.tables import parquet_options, part_tables  # noqa: E402
@@ -260,7 +260,7 @@ def encode(table: pa.Table, methods, clock: dict, layout: int = LAYOUT) -> int:
     with clock_of(clock, "encode + write"):
         for part in part_tables(table, list(methods), layout=layout).merged().values():
             sink = io.BytesIO()
-            pq.write_table(part, sink, row_group_size=ROW_GROUP_ROWS, **parquet_options(part))
+            write_parquet(part, sink, **{"row_group_size": ROW_GROUP_ROWS, **parquet_options(part)})
             size += sink.tell()
     return size
 

@@ -156,10 +156,9 @@ def encode_only(blocks: list[pa.Table], layout: int) -> float:
     layer), measured on the same rows."""
     import io
 
-    import pyarrow.parquet as pq
-
     from xai_ray.config import RunConfig
     from xai_ray.pipeline.writing import docs_per_part
+    from xai_ray.store.files import write_parquet
     from xai_ray.store.parts import ROW_GROUP_ROWS
     from xai_ray.store.tables import parquet_options, part_tables
 
@@ -168,7 +167,7 @@ def encode_only(blocks: list[pa.Table], layout: int) -> float:
     started = time.perf_counter()
     for first in range(0, rows.num_rows, size):
         for table in part_tables(rows.slice(first, size), METHODS, layout=layout).merged().values():
-            pq.write_table(table, io.BytesIO(), row_group_size=ROW_GROUP_ROWS, **parquet_options(table))
+            write_parquet(table, io.BytesIO(), **{"row_group_size": ROW_GROUP_ROWS, **parquet_options(table)})
     return time.perf_counter() - started
 
 

@@ -40,6 +40,7 @@ from xai_ray.query.connection import open_store  # noqa: E402
 from xai_ray.query.top_words import keep_word_totals  # noqa: E402
 from xai_ray.scoring.rows import row_schema  # noqa: E402
 from xai_ray.store import layout  # noqa: E402
+from xai_ray.store.files import write_parquet  # noqa: E402
 from xai_ray.store.parts import ROW_GROUP_ROWS  # noqa: E402
 from xai_ray.store.tables import parquet_options, part_tables  # noqa: E402
 from xai_ray.store.writer import RunWriter  # noqa: E402
@@ -134,7 +135,7 @@ def encode_seconds(blocks: list[pa.Table], methods: list[str], version: int, doc
     started = time.perf_counter()
     for first in range(0, rows.num_rows, docs_per_part):
         for table in part_tables(rows.slice(first, docs_per_part), methods, layout=version).merged().values():
-            pq.write_table(table, io.BytesIO(), row_group_size=ROW_GROUP_ROWS, **parquet_options(table))
+            write_parquet(table, io.BytesIO(), **{"row_group_size": ROW_GROUP_ROWS, **parquet_options(table)})
     return time.perf_counter() - started
 
 

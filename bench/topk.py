@@ -32,6 +32,7 @@ from xai_ray.query.connection import open_store, run_named
 from xai_ray.query.top_words import keep_word_totals, topk
 from xai_ray.query.wordstats import default_min_docs, query_params
 from xai_ray.store import layout, schemas
+from xai_ray.store.files import write_parquet  # noqa: E402
 from xai_ray.store.layout import aggregate_file
 from xai_ray.store.schemas import slice_column
 from xai_ray.store.tables import parquet_options
@@ -93,7 +94,7 @@ def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0, store_lay
         (run / folder).mkdir(parents=True)
         table = pa.table(wide if store_layout == 2 else rows3)
         options = parquet_options(table)
-        pq.write_table(table, run / folder / "part-0.parquet", row_group_size=ROW_GROUP_ROWS, **options)
+        write_parquet(table, run / folder / "part-0.parquet", **{"row_group_size": ROW_GROUP_ROWS, **options})
     docs = pa.table(
         {
             "doc_id": [f"train_{i}" for i in range(n_docs)],

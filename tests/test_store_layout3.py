@@ -125,10 +125,11 @@ def test_only_what_is_not_implied_is_stored(store):
     (part,) = (run / "token_scores").glob("*.parquet")
     table = pq.read_table(part)
     assert table.num_rows == 9 + 1  # nine tokens and the word without one
-    raw = table.column("raw_score:raw:1").to_pylist()
-    kept = [(row["word"], value) for row, value in zip(table.select(["word"]).to_pylist(), raw) if value is not None]
-    assert [word for word, _ in kept] == ["unlike", "gone"]  # two tokens; no token
-    assert kept[1][1] == 0.0
+    own = table.column("token_score:raw:1").to_pylist()
+    kept = [row["word"] for row, value in zip(table.select(["word"]).to_pylist(), own) if value is not None]
+    assert kept == ["unlike"]  # the first token of a word of two tokens keeps its own score
+    words = [(r["word"], r["score:raw:1"]) for r in table.select(["word", "score:raw:1"]).to_pylist()]
+    assert ("gone", 0.0) in words  # a word without a token: a row of its own with its raw score
     assert "share:raw:1" in table.column_names and "share:raw:2" not in table.column_names
     shares = [v for v in table.column("share:raw:1").to_pylist() if v is not None]
     assert shares == [0.0, 0.0]  # document b's two words, nothing else
@@ -153,3 +154,18 @@ def test_a_divisor_is_found_however_the_total_was_rounded():
     assert divisors(raw, shares, word_doc, 2)[1].tolist() == [False, True]
     nan = np.full(3, np.nan, dtype=F32)
     assert divisors(np.ones(3, dtype=F32), nan, np.zeros(3, dtype=int), 1)[1].tolist() == [True]
+
+
+def test_each_kind_of_row_sits_in_row_groups_of_its_own_with_the_statistics_a_filter_needs(store):
+    (part,) = (layout.run_dir(store, "three") / "token_scores").glob("*.parquet")
+    meta = pq.ParquetFile(part).metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    groups = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        span, own = (group.column(names.index(name)).statistics for name in ("span_id", "token_score:raw:1"))
+        own_values = pq.ParquetFile(part).read_row_group(g, columns=["token_score:raw:1"]).column(0)
+        groups.append((group.num_rows, span.null_count, own_values.null_count))
+    # words holding their token's score (a, it, b; gone, whose row has no token), the word keeping
+    # it apart (unlike), then the other rows ([CLS], ##like, [SEP] x 2): no group mixes two kinds
+    assert groups == [(4, 0, 4), (1, 0, 0), (5, 5, 5)]

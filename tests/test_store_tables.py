@@ -124,8 +124,8 @@ def sliced(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
 
 def sliced3(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     """Layout 3's table cut back into layout 1's per method x layer tables: a word is the row of
-    its first token (span_id set), its raw score the one stored there or else that token's score,
-    its share the one stored or else raw / the divisor in float32."""
+    its first token (span_id set), its raw score the row's score, its share the one stored or else
+    raw / the divisor in float32; a token's score its token_score where set, else the row's score."""
     out = {name: table for name, table in tables.items() if name != "token_scores"}
     table = tables["token_scores"]
     words = table.filter(pc.is_valid(table.column("span_id")))
@@ -134,13 +134,20 @@ def sliced3(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
             continue
         _, method, layer = name.split(":")
         where, kept = f"method={method}/layer={layer}", f"{method}:{layer}"
-        tokens = table.filter(pc.is_valid(table.column("position")))
-        out[f"tokens/{where}"] = pa.table(
-            {c: tokens.column(c) for c in ("doc_id", "position", "token", "word_id")} | {"score": tokens.column(name)}
+        tokens = table.filter(pc.is_valid(table.column("position")))  # words' rows first: back in token order
+        tokens = tokens.set_column(0, "doc_id", tokens.column("doc_id").cast(pa.string()))
+        tokens = tokens.sort_by([("doc_id", "ascending"), ("position", "ascending")])
+        own = tokens.column(f"token_score:{kept}")
+        score = np.where(
+            pc.is_valid(own).to_numpy(zero_copy_only=False),
+            own.to_numpy(zero_copy_only=False),
+            tokens.column(name).to_numpy(zero_copy_only=False),
         )
-        stored = words.column(f"raw_score:{kept}")
-        token = words.column(name).to_numpy(zero_copy_only=False).astype("float32")
-        raw = np.where(pc.is_valid(stored).to_numpy(zero_copy_only=False), stored.to_numpy(zero_copy_only=False), token)
+        out[f"tokens/{where}"] = pa.table(
+            {c: tokens.column(c) for c in ("doc_id", "position", "token", "word_id")}
+            | {"score": pa.array(score.astype("float32"))}
+        )
+        raw = words.column(name).to_numpy(zero_copy_only=False).astype("float32")
         share = raw.astype("float32") / words.column(f"divisor:{kept}").to_numpy().astype("float32")
         if f"share:{kept}" in words.column_names:
             kept_share = words.column(f"share:{kept}")

@@ -39,7 +39,8 @@ class Source:
 SOURCES = {
     "tokens": (
         Source("tokens", "tokens", (1,), "view_tokens_v1", per_slice=False),
-        Source("token_scores", TOKEN_TABLE, (2, 3), "view_tokens"),  # a token row is the same in 2 and 3
+        Source("token_scores", TOKEN_TABLE, (2,), "view_tokens"),
+        Source("token_rows", TOKEN_TABLE, (3,), "view_tokens_v3"),  # a token's score where no word's is
     ),
     "words": (
         Source("words", "words", (1,), "view_words_v1", per_slice=False),
@@ -47,8 +48,8 @@ SOURCES = {
         Source("word_rows", TOKEN_TABLE, (3,), "view_words_v3"),  # layout 3: words on their tokens' rows
     ),
 }
-# layout 3's share of a word: its raw score (the first token's score unless stored) / the divisor
-DERIVED_SHARE = 'coalesce("raw_score:@slice@", "score:@slice@") / "divisor:@slice@"'
+# layout 3's share of a word: its raw score (the score on its row) / its document's divisor
+DERIVED_SHARE = '"score:@slice@" / "divisor:@slice@"'
 
 
 def run_layouts(run_dirs: list[Path]) -> dict[Path, dict]:

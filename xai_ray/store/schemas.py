@@ -71,7 +71,7 @@ WORD_PIECES = pa.schema(
 )
 # Layout 3: a row per token, the word's columns on its first token (null on the others).
 SCORE_PIECES = pa.schema([*TOKEN_PIECES, *(f for f in WORD_PIECES if f.name not in TOKEN_PIECES.names)])
-SLICE = re.compile(r"^(score|raw_score|divisor|share):([a-z][a-z0-9_]*):([0-9]+)$")
+SLICE = re.compile(r"^(score|raw_score|token_score|divisor|share):([a-z][a-z0-9_]*):([0-9]+)$")
 
 
 def slice_column(kind: str, method: str, layer: int) -> str:

@@ -2,13 +2,15 @@
 word's raw score and share stored only where they are not already implied.
 
 ``token_scores/part-<k>.parquet`` holds one row per (document, token position), as layout 2's: the
-document id, position, token text and word id, then ``score:<method>:<layer>`` (float32) per
-method and layer. A word lives on the row of its first token: ``word``, ``span_id``, ``joined``
-and ``unit_weight`` are set there and null on the word's other tokens and on special tokens (a
-word without a token, which no tokenizer here makes, gets a row of its own with no position or
-token). Per method and layer, on a word's row:
-  - ``raw_score:<m>:<l>``: the word's raw score, null where it equals its first token's score
-    (bit for bit; a word of one token, most words, is its token's score: 0 + x = x);
+document id, position, token text and word id. A word lives on the row of its first token:
+``word``, ``span_id``, ``joined`` and ``unit_weight`` are set there and null on the word's other
+tokens and on special tokens (a word without a token, which no tokenizer here makes, gets a row of
+its own with no position or token). Per method and layer:
+  - ``score:<m>:<l>`` (float32): on a word's row the word's raw score, on every other row the
+    token's score. A word of one token, most words, has its token's score as its raw score bit
+    for bit (0 + x = x in the scorer's float32 sum), so the column holds both at once;
+  - ``token_score:<m>:<l>``: the token's own score on the rows where it is not that (the first
+    token of a word of several tokens), null elsewhere;
   - ``divisor:<m>:<l>``: a float32 per document such that raw / divisor (IEEE float32 division)
     is the word's share bit for bit, as the scorer divides each word's sum by the document's
     total; the writer finds it within two ulps of the total a word's share implies and checks it
@@ -20,7 +22,8 @@ token). Per method and layer, on a word's row:
     CPU stage's methods, flow among them, normalise in float64: their shares are always kept.)
 So a review's floats are its token scores plus the few words of more than one token, where layout
 2 stored the tokens and two floats per word. The views (``query.views``) rebuild layout 2's rows:
-tokens from ``score``, words from the rows with a ``span_id``.
+words from the rows with a ``span_id`` (one dense column and the divisor: the words view, read
+most, never reads the sparse column), tokens from ``token_score`` where set, else ``score``.
 """
 
 from __future__ import annotations
@@ -136,22 +139,24 @@ class Rows:
 
     def slice_columns(self, values: np.ndarray, shares: np.ndarray, raw: np.ndarray):
         """Per layer of one method's (L, tokens) scores and (L, words) shares and raw scores, the
-        ``(kind, array)`` pairs of its score, raw_score, divisor and share columns."""
+        ``(kind, array)`` pairs of its score, token_score, divisor and share columns."""
         n_layers = len(values)
         if len(self.orphans):
             values = np.concatenate([values, np.full((n_layers, len(self.orphans)), np.nan, np.float32)], axis=1)
-        kept = ~_same(raw, values[:, self.host])  # (L, words) raw differs from its first token's score
+        first = values[:, self.host]  # (L, words) each word's first token's score
+        kept = ~_same(raw, first)  # (L, words) the word's raw score is not its first token's score
         if len(self.orphans):
-            kept[:, self.n_tokens <= self.host] = True  # a word without a token keeps its raw score
+            kept[:, self.n_tokens <= self.host] = False  # a word without a token: no token score to keep
+        dense = values.copy()  # (L, rows)
+        dense[:, self.host] = raw  # a word's row holds the word's raw score
         # every layer's documents at once: document d of layer l is group l x D + d
         groups = (np.arange(n_layers)[:, None] * self.n_docs + self.word_doc[None, :]).ravel()  # (L x words,)
         divisor, exact = divisors(raw.ravel(), shares.ravel(), groups, n_layers * self.n_docs)
         divisor, exact = divisor.reshape(n_layers, self.n_docs), exact.reshape(n_layers, self.n_docs)
-        extra = np.arange(self.n_rows) >= self.n_tokens if len(self.orphans) else None
         for layer in range(n_layers):
             columns = [
-                ("score", pa.array(values[layer], mask=extra)),
-                ("raw_score", self._on_words(raw[layer], kept[layer])),
+                ("score", pa.array(dense[layer])),
+                ("token_score", self._on_words(first[layer], kept[layer])),
                 ("divisor", pa.array(divisor[layer][self.row_doc])),
             ]
             if not exact[layer].all():  # a column only where needed: the part's record lists it (tables.shares_of)
@@ -172,6 +177,39 @@ class Rows:
         valid = np.zeros(self.n_rows, dtype=bool)
         valid[rows] = True
         return pa.array(column, mask=~valid)
+
+
+def words_first(table: pa.Table) -> pa.Table:
+    """Layout 3's rows in three runs (``row_runs``): the rows of words whose row holds their token's
+    score too (words of one token), then those that keep their token's score apart (words of
+    several tokens), then every other row, each in its order; any other table as it is. A view
+    reads rows in no particular order, and the writer puts each run in row groups of its own."""
+    kinds = _row_kinds(table)
+    if kinds is None or not (np.diff(kinds) < 0).any():
+        return table
+    return table.take(pa.array(np.argsort(kinds, kind="stable")))
+
+
+def row_runs(table: pa.Table) -> list[int] | None:
+    """The lengths of ``words_first``'s three runs in a table it ordered; None for other tables.
+    Written as row groups of their own, the ``words`` view's filter on ``span_id`` is decided by
+    each group's statistics (never row by row), and a group's ``token_score`` columns are null
+    throughout or set throughout, which the ``tokens`` view reads as a run, not row by row."""
+    kinds = _row_kinds(table)
+    return None if kinds is None else np.bincount(kinds, minlength=3).tolist()
+
+
+def _row_kinds(table: pa.Table) -> np.ndarray | None:
+    """(rows,) 0: a word's row holding its token's score; 1: a word's row keeping it apart;
+    2: any other row. None for a table that is not layout 3's."""
+    if "span_id" not in table.column_names or "position" not in table.column_names:
+        return None
+    word = table.column("span_id").is_valid().to_numpy(zero_copy_only=False)
+    apart = np.zeros(table.num_rows, dtype=bool)
+    for name in table.column_names:
+        if name.startswith("token_score:"):
+            apart |= table.column(name).is_valid().to_numpy(zero_copy_only=False)
+    return np.where(word, apart.astype(np.int8), np.int8(2))
 
 
 def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):

@@ -112,8 +112,9 @@ def commit_part(
 
     def one(where: str) -> None:
         table = tables[where]
-        chosen = {"compression": "zstd", **((options(table) if callable(options) else options) or {})}
-        write_parquet_atomically(paths[where], table, durable=True, row_group_size=row_group_rows, **chosen)
+        chosen = {"compression": "zstd", "row_group_size": row_group_rows}
+        chosen.update((options(table) if callable(options) else options) or {})  # may set its own row groups
+        write_parquet_atomically(paths[where], table, durable=True, **chosen)
 
     # A few files at once: Parquet encoding and fsync release the GIL, so one file's wait for the
     # disk overlaps the next one's encoding. The record is written only when every file is durable.

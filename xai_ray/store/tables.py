@@ -26,8 +26,8 @@ from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, LAYOUT
 # can prune with them. ``store_schema=False``: the dictionary-encoded id columns read back as
 # plain strings. The score columns are split by byte (``BYTE_STREAM_SPLIT``) before zstd: the
 # exponent bytes of a column's floats then sit together and compress. Layout 3's divisors (one
-# value per document, repeated on its words) stay plain: zstd takes the repeats as well as a
-# dictionary would, and sooner.
+# value per document, on each of its rows) are dictionary-encoded: a query reading a share decodes
+# a run of indices, not a float a row.
 PARQUET_OPTIONS = {
     "compression": "zstd",
     "use_dictionary": ["doc_id", "token", "word", "joined", "stage", "method", "metric"],
@@ -38,11 +38,25 @@ PARQUET_OPTIONS = {
 
 
 def parquet_options(table: pa.Table) -> dict:
-    """The writer's options for ``table``: ``PARQUET_OPTIONS``, score columns byte-split."""
-    split = {f.name: "BYTE_STREAM_SPLIT" for f in table.schema if f.name.startswith(("score:", "raw_score:", "share:"))}
+    """The writer's options for ``table``: ``PARQUET_OPTIONS``, score columns byte-split, layout 3's
+    divisors dictionary-encoded and its runs of rows (``scores_v3.row_runs``) in row groups of
+    their own, with the statistics that let a view's filter decide a whole group. The options are
+    ``store.files.write_parquet``'s."""
+    names = table.schema.names
+    split = {name: "BYTE_STREAM_SPLIT" for name in names if name.startswith(SCORE_KINDS)}
     if not split:
         return PARQUET_OPTIONS
-    return {**PARQUET_OPTIONS, "column_encoding": {**PARQUET_OPTIONS["column_encoding"], **split}}
+    dictionary = PARQUET_OPTIONS["use_dictionary"] + [name for name in names if name.startswith("divisor:")]
+    encoding = {**PARQUET_OPTIONS["column_encoding"], **split}
+    options = {**PARQUET_OPTIONS, "use_dictionary": dictionary, "column_encoding": encoding}
+    runs = scores_v3.row_runs(table)
+    if runs is not None:  # layout 3's one table, its runs of rows in groups of their own
+        statistics = PARQUET_OPTIONS["write_statistics"] + ["span_id", "position"]
+        options.update(write_statistics=statistics, row_groups=runs)
+    return options
+
+
+SCORE_KINDS = ("score:", "raw_score:", "token_score:", "share:")  # float columns of a method x layer
 
 
 @dataclass
@@ -62,8 +76,9 @@ class PartTables:
             self.counts[count] = self.counts.get(count, 0) + table.num_rows
 
     def merged(self) -> dict[str, pa.Table]:
-        """One table per slice folder (a slice's dictionary-encoded columns unified across batches)."""
-        return {folder: _concat(parts) for folder, parts in self.tables.items()}
+        """One table per slice folder (a slice's dictionary-encoded columns unified across batches;
+        layout 3's word rows first, ``scores_v3.words_first``)."""
+        return {folder: scores_v3.words_first(_concat(parts)) for folder, parts in self.tables.items()}
 
     def rows(self) -> dict[str, int]:
         return {folder: sum(t.num_rows for t in parts) for folder, parts in self.tables.items()}
