@@ -12,7 +12,10 @@ measured here never read the model. Each stage's CPU time per review, in one run
     words            word sums and renormalised words
     columns          the actor's output table (``scoring.rows.row_schema``)
     encode + write   the store's tables of those rows, encoded as Parquet in memory (the writer's
-                     options; no files, no fsync), as ``bench/scale.py``'s encoding floor
+                     options; no files, no fsync), as ``bench/scale.py``'s encoding floor: in a part
+                     of as many reviews as a run's parts hold (500 at the defaults; the batches'
+                     rows reused under fresh ids and word strings), so a part's fixed costs are
+                     spread as a run spreads them, for both paths
 before: the per-document path before the batched one, kept below as code (float64 numpy per review,
         words by ``np.add.at`` per review, a Python dict per row and ``pa.Table.from_pylist``);
 after:  the scorer's path (``Method.scores`` on the whole (B, L, N, N) batch in float32 torch,
@@ -36,14 +39,17 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from xai_ray.config import RunConfig  # noqa: E402
 from xai_ray.methods import AttentionOptions, get_method  # noqa: E402
+from xai_ray.pipeline.writing import docs_per_part  # noqa: E402
 from xai_ray.scoring.rows import review_meta, row_schema, score_arrays, table_of  # noqa: E402
 from xai_ray.scoring.segments import MergedBatch  # noqa: E402
+from xai_ray.store.files import write_parquet  # noqa: E402
 from xai_ray.store.parts import ROW_GROUP_ROWS  # noqa: E402
 from xai_ray.store.schemas import LAYOUT  # noqa: E402
 from xai_ray.store.tables import parquet_options, part_tables  # noqa: E402
@@ -52,6 +58,7 @@ from xai_ray.words import join_contractions, merge_batch  # noqa: E402
 TOKENS, WORDS = 512, 400
 SHAPES = {"MiniLM": (6, ("raw", "rollout")), "bert-base": (12, ("raw", "rollout", "grad_rollout"))}
 STAGES = ("methods", "words", "columns", "encode + write")
+PART_DOCS = docs_per_part(RunConfig(max_length=TOKENS))  # reviews a run's part holds at the defaults (500)
 
 
 def synthetic(n_docs: int, n_layers: int, seed: int) -> dict:
@@ -253,7 +260,7 @@ def encode(table: pa.Table, methods, clock: dict, layout: int = LAYOUT) -> int:
     with clock_of(clock, "encode + write"):
         for part in part_tables(table, list(methods), layout=layout).merged().values():
             sink = io.BytesIO()
-            pq.write_table(part, sink, row_group_size=ROW_GROUP_ROWS, **parquet_options(part))
+            write_parquet(part, sink, **{"row_group_size": ROW_GROUP_ROWS, **parquet_options(part)})
             size += sink.tell()
     return size
 
@@ -268,19 +275,40 @@ def same_rows(old: pa.Table, new: pa.Table, methods) -> None:
             np.testing.assert_allclose(b, a, atol=2e-5, rtol=1e-3, err_msg=f"{prefix}_{name}")
 
 
+def as_part(tables: list[pa.Table]) -> pa.Table:
+    """The batches' scorer rows reused under fresh document ids (and fresh word strings, every
+    review's own as in the batches) up to the reviews a run's part holds (``PART_DOCS``)."""
+    rows = pa.concat_tables(tables)
+    copies = []
+    for k in range(-(-PART_DOCS // rows.num_rows)):
+        copy = rows.set_column(0, "doc_id", pc.binary_join_element_wise(rows.column("doc_id"), f"c{k}", "~"))
+        for name in ("words", "word_joined"):
+            words = copy.column(name).combine_chunks()
+            fresh = pc.binary_join_element_wise(words.flatten(), f"c{k}", "~")
+            copy = copy.set_column(
+                copy.schema.get_field_index(name), name, pa.ListArray.from_arrays(words.offsets, fresh)
+            )
+        copies.append(copy)
+    return pa.concat_tables(copies).slice(0, PART_DOCS).combine_chunks()
+
+
 def measure(shape: str, n_docs: int, batch_size: int, repeats: int) -> dict:
     n_layers, methods = SHAPES[shape]
     clocks = {"before": {}, "after": {}}
     sizes = {"before": 0, "after": 0}
+    tables = {"before": [], "after": []}
     for repeat in range(repeats):
         for first in range(0, n_docs, batch_size):
             batch = synthetic(min(batch_size, n_docs - first), n_layers, seed=repeat * 1000 + first)
-            tables = {}
             for path, run in (("before", before), ("after", after)):
-                tables[path] = run(batch, methods, clocks[path])
-                sizes[path] += encode(tables[path], methods, clocks[path], LAYOUTS[path])
-            same_rows(tables["before"], tables["after"], methods)
+                tables[path].append(run(batch, methods, clocks[path]))
+            same_rows(tables["before"][-1], tables["after"][-1], methods)
     reviews = n_docs * repeats
+    for path in clocks:  # the store's parts, as large as a run's: a part's fixed costs are paid once
+        part = as_part(tables[path])
+        encoded = {}
+        sizes[path] = encode(part, methods, encoded, LAYOUTS[path]) * reviews / part.num_rows
+        clocks[path]["encode + write"] = encoded["encode + write"] * reviews / part.num_rows
     return {
         path: {
             **{stage: 1000 * clocks[path].get(stage, 0.0) / reviews for stage in STAGES},

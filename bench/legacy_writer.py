@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from xai_ray.store import StoreError
 from xai_ray.store.files import write_atomically, write_parquet_atomically
 from xai_ray.store.layout import MANIFEST, run_dir, staging_dir
+from xai_ray.store.records import PartRecord
 from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, HEAD_SIMILARITY, HEADS, TOKENS, WORDS
 from xai_ray.store.staging import Staging, StagingError
 from xai_ray.words import lift
@@ -228,14 +229,16 @@ class RunWriter:
         if not self.pending and not self.pending_ids and not self.pending_counts["duplicates"]:
             return
         tables = {folder: pa.concat_tables(parts) for folder, parts in self.pending.items()}
-        record = {
-            "doc_ids": self.pending_ids,
-            "counts": self.pending_counts,
-            "fingerprints": sorted(self.pending_fingerprints),
-            "n_layers": self.n_layers,
-            "read_errors": self.pending_read_errors,
-            "totals": self.pending_totals.state() if self.pending_totals is not None else None,
-        }
+        record = PartRecord.of(  # (the record's type is today's; the rest of this writer is as it was)
+            tables,
+            self.pending_ids,
+            self.pending_counts,
+            1,
+            fingerprints=sorted(self.pending_fingerprints),
+            n_layers=self.n_layers,
+            read_errors=self.pending_read_errors,
+            totals=self.pending_totals.state() if self.pending_totals is not None else None,
+        )
         record = self.stage.commit(tables, record, ROW_GROUP_ROWS)
         for key, value in self.pending_counts.items():
             self.counts[key] = self.counts.get(key, 0) + value

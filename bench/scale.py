@@ -44,6 +44,8 @@ IMDB = next(
     (p / "shared/data/imdb/train.parquet" for p in ROOT.parents if (p / "shared/data/imdb/train.parquet").is_file()),
     ROOT.parent / "shared/data/imdb/train.parquet",
 )
+from xai_ray.store.schemas import LAYOUT  # noqa: E402
+
 METHODS = ["raw", "rollout", "flow"]
 LAYERS, HEADS, TOKENS, WORDS = 12, 12, 512, 400
 
@@ -79,11 +81,25 @@ def synthetic_block(n_docs: int, seed: int) -> pa.Table:
             "heads": rng.random(LAYERS * HEADS * N_STATS),
         }
         for method in METHODS:
-            row[f"scores_{method}"] = rng.random(LAYERS * TOKENS, dtype=np.float32)
-            row[f"word_scores_{method}"] = rng.random(LAYERS * WORDS, dtype=np.float32)
-            row[f"word_raw_{method}"] = rng.random(LAYERS * WORDS, dtype=np.float32)
+            scores = rng.random((LAYERS, TOKENS), dtype=np.float32)
+            raw, shares = words_of(scores, index, float64=method == "flow")
+            row[f"scores_{method}"] = scores.ravel()
+            row[f"word_scores_{method}"] = shares.ravel()
+            row[f"word_raw_{method}"] = raw.ravel()
         rows.append(row)
     return pa.Table.from_pylist(rows, schema=row_schema(METHODS))
+
+
+def words_of(scores: np.ndarray, index: np.ndarray, float64: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(raw (L, W), shares (L, W)) as the scorer makes them from token scores (L, N): a word's raw
+    score the float32 sum of its tokens' (``words.merge_batch``), its share that over the review's
+    total (in float64 for the CPU stage's methods, flow among them, then rounded to float32)."""
+    raw = np.zeros((scores.shape[0], WORDS), dtype=np.float32)
+    np.add.at(raw.T, index[index >= 0], scores[:, index >= 0].T)
+    if float64:
+        wide = raw.astype(np.float64)
+        return raw, (wide / wide.sum(axis=1, keepdims=True)).astype(np.float32)
+    return raw, raw / raw.sum(axis=1, keepdims=True, dtype=np.float32)
 
 
 def blocks_of(n_docs: int, block_docs: int = 50) -> list[pa.Table]:
@@ -140,10 +156,9 @@ def encode_only(blocks: list[pa.Table], layout: int) -> float:
     layer), measured on the same rows."""
     import io
 
-    import pyarrow.parquet as pq
-
     from xai_ray.config import RunConfig
     from xai_ray.pipeline.writing import docs_per_part
+    from xai_ray.store.files import write_parquet
     from xai_ray.store.parts import ROW_GROUP_ROWS
     from xai_ray.store.tables import parquet_options, part_tables
 
@@ -152,7 +167,7 @@ def encode_only(blocks: list[pa.Table], layout: int) -> float:
     started = time.perf_counter()
     for first in range(0, rows.num_rows, size):
         for table in part_tables(rows.slice(first, size), METHODS, layout=layout).merged().values():
-            pq.write_table(table, io.BytesIO(), row_group_size=ROW_GROUP_ROWS, **parquet_options(table))
+            write_parquet(table, io.BytesIO(), **{"row_group_size": ROW_GROUP_ROWS, **parquet_options(table)})
     return time.perf_counter() - started
 
 
@@ -241,7 +256,7 @@ def measure_writes(n_docs: int, cores: int) -> tuple[float, float]:
         store = Path(tmp) / "store"
         before_s, before_counts = write_before(blocks, store)
         floor_s = encode_only(blocks, 1)  # today's floor: layout 1
-        encode_s = encode_only(blocks, 2)
+        encode_s = encode_only(blocks, LAYOUT)
         ensure_ray()
         write_after(blocks[:2], Path(tmp) / "warm", cores)  # untimed: the writers' processes import once
         after1_s, _ = write_after(blocks, store / "_one", 1)
@@ -259,10 +274,10 @@ def measure_writes(n_docs: int, cores: int) -> tuple[float, float]:
     print(f"    after, 1 Ray writer:                   {after_one:8.1f} docs/s  ({after1_s:.1f} s)")
     print(f"    after, {cores} Ray writers:                  {after:8.1f} docs/s  ({aftern_s:.1f} s)")
     print(f"    same documents and rows in both: {checked['before']}; counts {after_counts}")
-    floor, floor_v2 = n / floor_s, n / encode_s
+    floor, floor_now = n / floor_s, n / encode_s
     print(
         f"    floor: building the tables and encoding them as Parquet in memory, one core, no Ray, parts as the"
-        f" writers': layout 1 {floor:.1f} docs/s, layout 2 {floor_v2:.1f} docs/s ({floor_v2 / floor:.1f}x);"
+        f" writers': layout 1 {floor:.1f} docs/s, layout {LAYOUT} {floor_now:.1f} docs/s ({floor_now / floor:.1f}x);"
         f" after, 1 Ray writer (files, fsync, records) / layout 1's floor: {after_one / floor:.1f}x"
     )
     return before, after

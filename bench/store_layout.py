@@ -1,20 +1,22 @@
-"""Store layout 2 against layout 1: write cost per core, size per review and ad-hoc SQL, in one run.
+"""Store layouts 3 and 2 against layout 1: write cost per core, size per review and ad-hoc SQL, in one run.
 
     python bench/store_layout.py [--docs 2000] [--layers 6] [--methods raw,rollout] [--repeats 5] [--minilm]
 
 The same synthetic scorer rows (MiniLM's shape by default: 6 layers, raw + rollout, 512 tokens,
-~400 words a review from a Zipf vocabulary; scores drawn from a gamma and normalised per review and
-layer, as attention shares are) are written by ``RunWriter`` in layout 1 (a table per method x
-layer: the previous layout) and in layout 2 (a row per token and word, a float column per
-method x layer), side by side in one store, on one core (no Ray: the work one writer does):
+~400 words a review from a Zipf vocabulary; token scores drawn from a gamma and normalised per
+review and layer, as attention shares are, and words summed from them as the scorer sums them) are written by ``RunWriter`` in layout 1 (a table per method x
+layer), layout 2 (a row per token and word, a float column per method x layer) and layout 3 (a
+row per token, each word on its first token, a word's raw score and share stored only where they
+are not implied), each in a store of its own, on one core (no Ray: the work one writer does):
   - encode: building the tables and encoding them as Parquet in memory (the write path's floor);
   - write: the same, with files, fsync and the part records (``RunWriter``);
-  - size: tokens + words + docs on disk, plus the aggregate stage's kept word totals, per review;
+  - size: tokens + words + docs on disk, plus the aggregate stage's kept word totals, per review
+    (and the parts alone: what the writer writes);
   - queries: the views over each run (median of --repeats, alternating): a token and a word
     aggregate over one method and layer, a per-review lookup, a join of docs with words.
 With ``--minilm`` the rows are the first --docs IMDB reviews scored by MiniLM (raw + rollout,
 512 tokens at most) instead: the sizes are then those of real reviews and real scores.
-The views are checked to return the same rows for both runs. Ends with one line:
+The views are checked to return the same rows for every run. Ends with one line, layout 1 -> 3:
 ``store: write BEFORE -> AFTER reviews/s per core (RATIOx); encode floor ...; store BEFORE -> AFTER KB/review``.
 """
 
@@ -38,11 +40,13 @@ from xai_ray.query.connection import open_store  # noqa: E402
 from xai_ray.query.top_words import keep_word_totals  # noqa: E402
 from xai_ray.scoring.rows import row_schema  # noqa: E402
 from xai_ray.store import layout  # noqa: E402
+from xai_ray.store.files import write_parquet  # noqa: E402
 from xai_ray.store.parts import ROW_GROUP_ROWS  # noqa: E402
 from xai_ray.store.tables import parquet_options, part_tables  # noqa: E402
 from xai_ray.store.writer import RunWriter  # noqa: E402
 
 TOKENS, WORDS, BLOCK = 512, 400, 50
+VERSIONS = (1, 2, 3)  # layout 1 is the baseline of every ratio
 QUERIES = {
     "token aggregate": "select token, avg(score) as mean, count(*) as n from tokens where run_id = $run "
     "and method = $method and layer = $layer group by token order by mean desc, token limit 20",
@@ -88,10 +92,18 @@ def block(n_docs: int, first: int, methods: list[str], layers: int, rng) -> pa.T
         "model_fingerprint": ["f" * 64] * n_docs,
     }
     for method in methods:
-        table[f"scores_{method}"] = shares(rng, n_docs, layers, TOKENS)
-        word_scores = shares(rng, n_docs, layers, WORDS)
-        table[f"word_scores_{method}"] = word_scores
-        table[f"word_raw_{method}"] = [w * 3 for w in word_scores]
+        tokens = shares(rng, n_docs, layers, TOKENS)
+        table[f"scores_{method}"] = tokens
+        # words as the scorer makes them: a word's raw score the float32 sum of its tokens' scores,
+        # its share that over the review's words (words.merge_batch)
+        raw, spread = [], []
+        for d in range(n_docs):
+            scores, index = tokens[d].reshape(layers, TOKENS), columns["word_index"][d]
+            sums = np.zeros((layers, WORDS), dtype=np.float32)
+            np.add.at(sums.T, index[index >= 0], scores[:, index >= 0].T)
+            raw.append(sums.ravel())
+            spread.append((sums / sums.sum(axis=1, keepdims=True, dtype=np.float32)).ravel())
+        table[f"word_raw_{method}"], table[f"word_scores_{method}"] = raw, spread
     schema = row_schema(methods)
     arrays = [pa.array(table[f.name], f.type) if f.name in table else pa.nulls(n_docs, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
@@ -123,22 +135,25 @@ def encode_seconds(blocks: list[pa.Table], methods: list[str], version: int, doc
     started = time.perf_counter()
     for first in range(0, rows.num_rows, docs_per_part):
         for table in part_tables(rows.slice(first, docs_per_part), methods, layout=version).merged().values():
-            pq.write_table(table, io.BytesIO(), row_group_size=ROW_GROUP_ROWS, **parquet_options(table))
+            write_parquet(table, io.BytesIO(), **{"row_group_size": ROW_GROUP_ROWS, **parquet_options(table)})
     return time.perf_counter() - started
 
 
-def write_seconds(store: Path, run_id: str, blocks, methods: list[str], version: int) -> float:
+def write_seconds(store: Path, run_id: str, blocks, methods: list[str], version: int, n_layers: int) -> float:
     started = time.perf_counter()
     writer = RunWriter(store, run_id, methods, layout=version)
     for item in blocks:
         writer.write(item)
-    writer.publish({"created_at": run_id, "config": {"methods": methods}})
+    # the model's layers, as a run records them: layout 1's word totals are kept for each of them
+    writer.publish({"created_at": run_id, "config": {"methods": methods}, "model": {"n_layers": n_layers}})
     return time.perf_counter() - started
 
 
-def kb_per_review(store: Path, run_id: str, n_docs: int) -> float:
+PARTS = ("docs", "tokens", "words", "token_scores", "word_scores")  # what the writer writes, every layout
+
+
+def kb_per_review(store: Path, run_id: str, n_docs: int, kept=(*PARTS, "aggregates")) -> float:
     run = layout.run_dir(store, run_id)
-    kept = ("docs", "tokens", "words", "token_scores", "word_scores", "aggregates")
     size = sum(f.stat().st_size for name in kept for f in (run / name).rglob("*.parquet"))
     return size / n_docs / 1024
 
@@ -161,43 +176,56 @@ def main() -> None:
     n = args.docs
     per_part = max(1, ROW_GROUP_ROWS // TOKENS)  # pipeline.writing.docs_per_part at the default part_rows
     with tempfile.TemporaryDirectory(prefix="xai-layout-") as tmp:
-        store = Path(tmp)
-        encode = {v: encode_seconds(blocks, methods, v, per_part) for v in (1, 2)}
-        write = {v: write_seconds(store, f"layout{v}", blocks, methods, v) for v in (1, 2)}
-        for v in (1, 2):
-            keep_word_totals(store, f"layout{v}")
-        size = {v: kb_per_review(store, f"layout{v}", n) for v in (1, 2)}
-        con = open_store(store)
+        # a store per layout: a view then holds only its layout's selects, as a user's store would
+        stores = {v: Path(tmp) / f"layout{v}" for v in VERSIONS}
+        encode = {v: encode_seconds(blocks, methods, v, per_part) for v in VERSIONS}
+        write = {v: write_seconds(stores[v], f"layout{v}", blocks, methods, v, args.layers) for v in VERSIONS}
+        for v in VERSIONS:
+            keep_word_totals(stores[v], f"layout{v}")
+        size = {v: kb_per_review(stores[v], f"layout{v}", n) for v in VERSIONS}
+        parts = {v: kb_per_review(stores[v], f"layout{v}", n, PARTS) for v in VERSIONS}
+        cons = {v: open_store(stores[v]) for v in VERSIONS}
         for view in ("docs", "tokens", "words"):
             counts = [
-                con.execute(
-                    f"select count(*), sum(hash(columns(* exclude (run_id)))) from {view} where run_id = ?", [r]
-                ).fetchone()
-                for r in ("layout1", "layout2")
+                cons[v]
+                .execute(
+                    f"select count(*), sum(hash(columns(* exclude (run_id)))) from {view} where run_id = ?",
+                    [f"layout{v}"],
+                )
+                .fetchone()
+                for v in VERSIONS
             ]
-            assert counts[0] == counts[1], (view, counts)
+            assert counts.count(counts[0]) == len(counts), (view, counts)
         params = {"method": methods[-1], "layer": args.layers, "doc": f"train_{n // 2}"}
         times: dict[tuple[str, int], list[float]] = {}
         for _ in range(args.repeats):
             for name, sql in QUERIES.items():
-                for v in (1, 2):
+                for v in VERSIONS:
                     started = time.perf_counter()
                     bound = {k: x for k, x in {**params, "run": f"layout{v}"}.items() if f"${k}" in sql}
-                    con.execute(sql, bound).fetchall()
+                    cons[v].execute(sql, bound).fetchall()
                     times.setdefault((name, v), []).append(time.perf_counter() - started)
     shape = "IMDB reviews scored by MiniLM" if args.minilm else f"synthetic reviews of {TOKENS} tokens, {WORDS} words"
     print(f"{n} {shape}, {len(methods)} methods x {args.layers} layers; one core")
-    print(f"{'':28}{'layout 1':>12}{'layout 2':>12}{'ratio':>9}")
-    print(f"{'encode (reviews/s)':28}{n / encode[1]:12.0f}{n / encode[2]:12.0f}{encode[1] / encode[2]:8.1f}x")
-    print(f"{'write (reviews/s)':28}{n / write[1]:12.0f}{n / write[2]:12.0f}{write[1] / write[2]:8.1f}x")
-    print(f"{'store (KB/review)':28}{size[1]:12.1f}{size[2]:12.1f}{size[2] / size[1]:8.2f}x")
-    for name in QUERIES:
-        old, new = (statistics.median(times[(name, v)]) * 1000 for v in (1, 2))
-        print(f"{name + ' (ms)':28}{old:12.1f}{new:12.1f}{new / old:8.2f}x")
+    print(f"{'':28}" + "".join(f"{f'layout {v}':>12}" for v in VERSIONS) + f"{'2 / 1':>9}{'3 / 1':>9}")
+    rows = {
+        "encode (reviews/s)": ({v: n / encode[v] for v in VERSIONS}, "{:12.0f}"),
+        "write (reviews/s)": ({v: n / write[v] for v in VERSIONS}, "{:12.0f}"),
+        "store (KB/review)": (size, "{:12.1f}"),
+        "  of which parts (KB/review)": (parts, "{:12.1f}"),
+        **{
+            f"{name} (ms)": ({v: statistics.median(times[(name, v)]) * 1000 for v in VERSIONS}, "{:12.1f}")
+            for name in QUERIES
+        },
+    }
+    for label, (values, cell) in rows.items():
+        ratios = "".join(f"{values[v] / values[1]:8.2f}x" for v in VERSIONS[1:])
+        print(f"{label:28}" + "".join(cell.format(values[v]) for v in VERSIONS) + ratios)
+    last = VERSIONS[-1]
     print(
-        f"store: write {n / write[1]:.0f} -> {n / write[2]:.0f} reviews/s per core ({write[1] / write[2]:.1f}x); "
-        f"encode floor {n / encode[1]:.0f} -> {n / encode[2]:.0f} reviews/s ({encode[1] / encode[2]:.1f}x); "
-        f"store {size[1]:.1f} -> {size[2]:.1f} KB/review"
+        f"store: write {n / write[1]:.0f} -> {n / write[last]:.0f} reviews/s per core ({write[1] / write[last]:.1f}x); "
+        f"encode floor {n / encode[1]:.0f} -> {n / encode[last]:.0f} reviews/s ({encode[1] / encode[last]:.1f}x); "
+        f"store {size[1]:.1f} -> {size[last]:.1f} KB/review"
     )
 
 

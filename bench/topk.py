@@ -9,9 +9,10 @@ per review, 6 layers x 2 methods) and runs the aggregate stage's `keep_word_tota
       path of nightly unions and of --by label|correct),
   (c) opening the store (views, sandbox) alone,
   (d) the old statistic (mean share over occurrences, one group-by over that file).
-Each in store layout 1 (a words file per method x layer) and layout 2 (one file, a column per
-method x layer), the same rows in both; prints seconds for both, layout 2 / layout 1, and the
-ratios b/a and d/a. Usage: python bench/topk.py [--docs 25000] [--store DIR]
+Each in store layout 1 (a words file per method x layer), layout 2 (one file, a share and a raw
+column per method x layer) and layout 3 (one row per token, here one token a word, so a word's raw
+score is its token's score and its share raw / the document's divisor), the same rows in all;
+prints seconds for each, layout 2 / 1 and 3 / 1, and layout 3's ratios b/a and d/a. Usage: python bench/topk.py [--docs 25000] [--store DIR]
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from xai_ray.query.connection import open_store, run_named
 from xai_ray.query.top_words import keep_word_totals, topk
 from xai_ray.query.wordstats import default_min_docs, query_params
 from xai_ray.store import layout, schemas
+from xai_ray.store.files import write_parquet  # noqa: E402
 from xai_ray.store.layout import aggregate_file
 from xai_ray.store.schemas import slice_column
 from xai_ray.store.tables import parquet_options
@@ -42,7 +44,8 @@ LAYERS = 6
 
 def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0, store_layout: int = 2) -> int:
     """A run of ``n_docs`` reviews in store ``store_layout`` (1: a words file per method x layer; 2: one
-    file, a share and a raw column per method x layer), the same rows for both (same ``seed``)."""
+    file, a share and a raw column per method x layer; 3: one file, a word on its one token's row,
+    the token score and the document's divisor per method x layer), the same rows for all (same ``seed``)."""
     rng = np.random.default_rng(seed)
     run = layout.run_dir(store, "bench")
     lengths = rng.integers(words_per_doc // 4, words_per_doc * 7 // 4, size=n_docs)  # (D,)
@@ -56,14 +59,26 @@ def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0, store_lay
     columns = {"doc_id": pa.array(doc_ids), "word_id": pa.array(positions), **unit, "span_id": pa.array(positions)}
     weight = np.repeat(lengths, lengths).astype(np.float64)  # every word its own unit: lift = share x words
     wide = {**columns, "unit_weight": pa.array(weight)}
+    # layout 3: the token columns too (one token a word), the words' columns on the same rows
+    rows3 = {
+        "doc_id": columns["doc_id"],
+        "position": pa.array(positions),
+        "token": words,
+        "word_id": pa.array(positions),
+    }
+    rows3.update({name: wide[name] for name in ("word", "span_id", "joined", "unit_weight")})
     for method in METHODS:
         for layer in range(1, LAYERS + 1):
             raw = rng.random(total, dtype=np.float32)  # (total,)
             sums = np.bincount(np.repeat(np.arange(n_docs), lengths), weights=raw)
-            score = raw / np.repeat(sums, lengths).astype(np.float32)
+            divisor = np.repeat(sums, lengths).astype(np.float32)  # (total,) the document's total, as float32
+            score = raw / divisor
             wide[slice_column("score", method, layer)] = pa.array(score)
             wide[slice_column("raw_score", method, layer)] = pa.array(raw)
-            if store_layout == 2:
+            rows3[slice_column("score", method, layer)] = pa.array(raw)  # a word's one token: raw is its score
+            rows3[slice_column("raw_score", method, layer)] = pa.nulls(total, pa.float32())
+            rows3[slice_column("divisor", method, layer)] = pa.array(divisor)
+            if store_layout > 1:
                 continue
             folder = run / "words" / f"method={method}" / f"layer={layer}"
             folder.mkdir(parents=True)
@@ -74,11 +89,12 @@ def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0, store_lay
                 schema=schemas.WORDS,
             )
             pq.write_table(table, folder / "part-0.parquet", compression="zstd", row_group_size=ROW_GROUP_ROWS)
-    if store_layout == 2:
-        (run / "word_scores").mkdir(parents=True)
-        table = pa.table(wide)
+    if store_layout > 1:
+        folder = {2: "word_scores", 3: "token_scores"}[store_layout]
+        (run / folder).mkdir(parents=True)
+        table = pa.table(wide if store_layout == 2 else rows3)
         options = parquet_options(table)
-        pq.write_table(table, run / "word_scores" / "part-0.parquet", row_group_size=ROW_GROUP_ROWS, **options)
+        write_parquet(table, run / folder / "part-0.parquet", **{"row_group_size": ROW_GROUP_ROWS, **options})
     docs = pa.table(
         {
             "doc_id": [f"train_{i}" for i in range(n_docs)],
@@ -104,8 +120,9 @@ def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0, store_lay
         "model": {"n_layers": LAYERS},
         "counts": {"docs": n_docs, "words": total * 12},
     }
-    if store_layout == 2:
-        manifest.update(store_layout=2, slices=[f"{m}:{layer}" for m in METHODS for layer in range(1, LAYERS + 1)])
+    if store_layout > 1:
+        slices = [f"{m}:{layer}" for m in METHODS for layer in range(1, LAYERS + 1)]
+        manifest.update(store_layout=store_layout, slices=slices, shares=[])
     (run / "manifest.json").write_text(json.dumps(manifest))
     return total
 
@@ -162,20 +179,21 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(args.store or scratch)
-        got = {v: measure(root / f"layout{v}", args, v) for v in (1, 2)}
-    assert got[1]["top"] == got[2]["top"], "the two layouts disagree"
+        got = {v: measure(root / f"layout{v}", args, v) for v in (1, 2, 3)}
+    assert got[1]["top"] == got[2]["top"] == got[3]["top"], "the layouts disagree"
     rows = [
         ("c", "(c) open store (views + sandbox)"),
         ("a", "(a) topk, from the kept word totals"),
         ("b", "(b) same answer from every occurrence (topk.sql)"),
         ("d", "(d) old statistic (mean share, one group-by)"),
     ]
-    print(f"{'variant (median s)':<52}{'layout 1':>10}{'layout 2':>10}{'2 / 1':>8}")
+    print(f"{'variant (median s)':<52}{'layout 1':>10}{'layout 2':>10}{'layout 3':>10}{'2 / 1':>8}{'3 / 1':>8}")
     for key, name in rows:
-        print(f"{name:<52}{got[1][key]:>10.3f}{got[2][key]:>10.3f}{got[2][key] / got[1][key]:>7.2f}x")
-    new = got[2]
+        times = "".join(f"{got[v][key]:>10.3f}" for v in (1, 2, 3))
+        print(f"{name:<52}{times}" + "".join(f"{got[v][key] / got[1][key]:>7.2f}x" for v in (2, 3)))
+    new = got[3]
     print(
-        f"default minimum documents for {args.docs} reviews: {default_min_docs(args.docs)}; layout 2 ratios "
+        f"default minimum documents for {args.docs} reviews: {default_min_docs(args.docs)}; layout 3 ratios "
         f"b/a {new['b'] / new['a']:.0f}x, d/a {new['d'] / new['a']:.0f}x; a+c = {new['c'] + new['a']:.3f}s "
         f"({'under' if new['c'] + new['a'] < 1 else 'OVER'} the 1 s target)"
     )

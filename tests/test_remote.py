@@ -76,8 +76,8 @@ def test_upload_then_a_fresh_mirror_reads_the_run(published, tmp_path, monkeypat
     assert capsys.readouterr().out.strip().splitlines() == ["run_id,n", f"r1,{len(TEXTS)}"]
     mirror = remote.cache_dir(published["uri"])
     assert mirror.is_relative_to(tmp_path / "cache-b") and not (mirror / "runs" / "run_id=partial").exists()
-    original = pq.read_table(run / "word_scores").to_pandas()
-    pulled = pq.read_table(mirror / "runs" / "run_id=r1" / "word_scores").to_pandas()
+    original = pq.read_table(run / "token_scores").to_pandas()
+    pulled = pq.read_table(mirror / "runs" / "run_id=r1" / "token_scores").to_pandas()
     assert original.equals(pulled)
 
     assert cli.main(["topk", "--store", published["uri"], "--method", "rollout", "--k", "3", "--format", "json"]) == 0

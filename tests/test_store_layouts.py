@@ -1,11 +1,12 @@
-"""Store layout 2 against layout 1: one run's rows written in both give the same rows in every view.
+"""Store layouts 1, 2 and 3: one run's rows written in each give the same rows in every view.
 
 Real scorer rows of the tiny BERT (an error row among them, rollout from layer 2 in one batch and
 from layer 1 in the other, so a part holds a slice for some of its documents only) are written by
-``RunWriter`` once in layout 1 (a file per method x layer, the previous version's) and once in
-layout 2 (a row per token and word, a column per method x layer), side by side in one store; each
-view, the union of runs (nightly) and the manifests' counts are compared row for row. A manifest
-of an unknown layout is refused in one sentence; a run staged in layout 1 resumes in layout 1.
+``RunWriter`` in layout 1 (a file per method x layer), layout 2 (a row per token and word, a
+column per method x layer) and layout 3 (a row per token, each word on its first token, its raw
+score and share derived where they are implied), side by side in one store; each view, the union
+of runs (nightly) and the manifests' counts are compared row for row. A manifest of an unknown
+layout is refused in one sentence; a run staged in layout 1 resumes in layout 1.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def store(tmp_path_factory, batches):
     root = tmp_path_factory.mktemp("layouts")
     write(root, "one", batches, 1, "2026-01-01T00:00:00")
     write(root, "two", batches, 2, "2026-01-02T00:00:00")
+    write(root, "three", batches, 3, "2026-01-03T00:00:00")
     return root
 
 
@@ -61,25 +63,53 @@ def rows(con, view: str, run_id: str, drop=("run_id",)) -> list[tuple]:
     ).fetchall()
 
 
-def test_every_view_returns_the_same_rows_in_both_layouts(store):
+def test_every_view_returns_the_same_rows_in_every_layout(store):
     con = open_store(store)
     assert sorted(p.name for p in layout.run_dir(store, "two").iterdir() if p.is_dir()) == [
         "_parts", "docs", "errors", "faithfulness", "token_scores", "word_scores",
     ]  # fmt: skip
+    assert sorted(p.name for p in layout.run_dir(store, "three").iterdir() if p.is_dir()) == [
+        "_parts", "docs", "errors", "faithfulness", "token_scores",
+    ]  # fmt: skip
     assert (layout.run_dir(store, "one") / "tokens" / "method=rollout" / "layer=2").is_dir()
     for view in TABLES:
-        old, new = rows(con, view, "one"), rows(con, view, "two")
-        assert old == new, view
+        old = rows(con, view, "one")
+        assert rows(con, view, "two") == old, view
+        assert rows(con, view, "three") == old, view
         if view not in ("heads", "head_similarity"):  # gathered only with --heads
             assert old, view
     layers = con.execute("select method, layer, count(distinct doc_id) from tokens where run_id = 'two' group by all")
     assert ("rollout", 1, 2) in layers.fetchall()  # rollout's layer 1: the second batch's two scored documents
     nan = con.execute("select count(*) from tokens where run_id = 'two' and isnan(score)").fetchone()[0]
     assert nan == 0
-    first, second = (json.loads(layout.manifest_path(store, r).read_text()) for r in ("one", "two"))
-    assert first["counts"] == second["counts"] and second["counts"]["tokens"] > 0
-    assert "store_layout" not in first and second["store_layout"] == 2
-    assert second["slices"] == ["raw:1", "raw:2", "rollout:1", "rollout:2"]
+    first, second, third = (json.loads(layout.manifest_path(store, r).read_text()) for r in ("one", "two", "three"))
+    assert first["counts"] == second["counts"] == third["counts"] and second["counts"]["tokens"] > 0
+    assert "store_layout" not in first and second["store_layout"] == 2 and third["store_layout"] == 3
+    assert second["slices"] == third["slices"] == ["raw:1", "raw:2", "rollout:1", "rollout:2"]
+    assert third["shares"] == [] and "shares" not in second  # every share derived from its raw score
+
+
+def test_a_slice_reads_only_the_parts_whose_records_hold_it_and_a_run_without_records_reads_the_same(store, tmp_path):
+    import shutil
+
+    from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
+
+    runs = run_layouts([layout.run_dir(store, r) for r in ("two", "three")])
+    files = {s.name: folder_files(store, runs, s) for s in SOURCES["tokens"]}
+    select, bound = view_sql("tokens", runs, files, lambda name: f"@files@ @by_name@ {name}")
+    assert "true" not in select  # every file described by its part's record: no union_by_name
+    for source in ("token_scores", "token_rows"):  # layout 2's run, layout 3's
+        by_slice = {name.split("_")[3]: found for name, found in bound.items() if name.startswith(f"files_{source}_")}
+        assert len(by_slice["3"]) == 2  # rollout:2 (the 4th slice): both parts
+        assert by_slice["2"] == by_slice["3"][1:]  # rollout:1: the second batch's part only
+    copied = tmp_path / "copied"
+    shutil.copytree(store, copied)
+    for run_id in ("two", "three"):
+        shutil.rmtree(layout.run_dir(copied, run_id) / "_parts")  # a run copied without its records
+    con, before = open_store(copied), open_store(store)
+    for view in ("tokens", "words"):
+        for run_id in ("two", "three"):
+            assert rows(con, view, run_id) == rows(before, view, run_id), (view, run_id)
 
 
 def test_the_views_keep_their_columns_and_types(store):
@@ -95,26 +125,26 @@ def test_the_views_keep_their_columns_and_types(store):
         assert ", ".join(f"{d[0]} {d[1]}" for d in described) == columns
 
 
-def test_a_union_of_runs_in_both_layouts_reads_each_document_once(store):
-    union = open_union(store, ["one", "two"], "all")
+def test_a_union_of_runs_in_every_layout_reads_each_document_once(store):
+    union = open_union(store, ["one", "two", "three"], "all")
     con = open_store(store)
     for view in ("tokens", "words", "docs"):
         got = union.execute(f"select * exclude (run_id, source_run_id) from {view} order by all").fetchall()
-        assert got == rows(con, view, "two"), view
+        assert got == rows(con, view, "three"), view
     sources = union.execute("select distinct source_run_id from words").fetchall()
-    assert sources == [("two",)]
+    assert sources == [("three",)]
 
 
 def test_a_run_of_an_unknown_layout_is_refused_in_one_sentence(tmp_path, batches, capsys):
     write(tmp_path, "later", batches[:1], 2, "2026-01-01T00:00:00")
     path = layout.manifest_path(tmp_path, "later")
     manifest = json.loads(path.read_text())
-    path.write_text(json.dumps({**manifest, "store_layout": 3}))
-    with pytest.raises(StoreError, match=r"^run 'later' was written in store layout 3, which this version"):
+    path.write_text(json.dumps({**manifest, "store_layout": 4}))
+    with pytest.raises(StoreError, match=r"^run 'later' was written in store layout 4, which this version"):
         open_store(tmp_path)
     assert main(["sql", "select count(*) from words", "--store", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "store layout 3" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "store layout 4" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     path.write_text(json.dumps({**manifest, "slices": ["raw:1", 'x" from docs; --']}))
     with pytest.raises(QueryError, match="that is not METHOD:LAYER"):
         open_store(tmp_path)
@@ -129,7 +159,7 @@ def test_a_run_staged_in_layout_1_is_finished_in_layout_1(tmp_path, batches):
     assert resumed.layout == 1
     resumed.write(batches[1])
     resumed.publish({"created_at": "2026-01-01T00:00:00"})
-    write(tmp_path, "fresh", batches, 2, "2026-01-02T00:00:00")
+    write(tmp_path, "fresh", batches, 3, "2026-01-02T00:00:00")
     con = open_store(tmp_path)
     assert not (layout.run_dir(tmp_path, "r") / "token_scores").exists()
     for view in ("tokens", "words", "docs", "errors"):

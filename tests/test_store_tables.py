@@ -1,6 +1,6 @@
 """Scorer rows -> store tables, column-wise (``store.tables``) and as a worker's part (``store.parts``),
-in store layout 2 (a row per token and word, a column per method x layer) and layout 1 (a table
-per method x layer).
+in store layout 3 (a row per token, a word on its first token), layout 2 (a row per token and
+word, a column per method x layer) and layout 1 (a table per method x layer).
 
 The expected tables are rebuilt here document by document in plain Python from the scorer rows
 (the rules the README states: one tokens row per position, word_id null for special tokens, a
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -121,11 +122,61 @@ def sliced(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
     return out
 
 
-@pytest.mark.parametrize("layout", [2, 1])
+def sliced3(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """Layout 3's table cut back into layout 1's per method x layer tables: a word is the row of
+    its first token (span_id set), its raw score the row's score, its share the one stored or else
+    raw / the divisor in float32; a token's score its token_score where set, else the row's score."""
+    out = {name: table for name, table in tables.items() if name != "token_scores"}
+    table = tables["token_scores"]
+    words = table.filter(pc.is_valid(table.column("span_id")))
+    for name in table.column_names:
+        if not name.startswith("score:"):
+            continue
+        _, method, layer = name.split(":")
+        where, kept = f"method={method}/layer={layer}", f"{method}:{layer}"
+        tokens = table.filter(pc.is_valid(table.column("position")))  # words' rows first: back in token order
+        tokens = tokens.set_column(0, "doc_id", tokens.column("doc_id").cast(pa.string()))
+        tokens = tokens.sort_by([("doc_id", "ascending"), ("position", "ascending")])
+        own = tokens.column(f"token_score:{kept}")
+        score = np.where(
+            pc.is_valid(own).to_numpy(zero_copy_only=False),
+            own.to_numpy(zero_copy_only=False),
+            tokens.column(name).to_numpy(zero_copy_only=False),
+        )
+        out[f"tokens/{where}"] = pa.table(
+            {c: tokens.column(c) for c in ("doc_id", "position", "token", "word_id")}
+            | {"score": pa.array(score.astype("float32"))}
+        )
+        raw = words.column(name).to_numpy(zero_copy_only=False).astype("float32")
+        share = raw.astype("float32") / words.column(f"divisor:{kept}").to_numpy().astype("float32")
+        if f"share:{kept}" in words.column_names:
+            kept_share = words.column(f"share:{kept}")
+            share = np.where(
+                pc.is_valid(kept_share).to_numpy(zero_copy_only=False), kept_share.to_numpy(zero_copy_only=False), share
+            )
+        out[f"words/{where}"] = pa.table(
+            {c: words.column(c) for c in ("doc_id", "word_id", "word")}
+            | {
+                "score": pa.array(share.astype("float32")),
+                "raw_score": pa.array(raw.astype("float32")),
+                "lift": pa.array((share.astype("float64") * words.column("unit_weight").to_numpy()).astype("float32")),
+                "span_id": words.column("span_id"),
+                "joined": words.column("joined"),
+            }
+        )
+    return out
+
+
+@pytest.mark.parametrize("layout", [3, 2, 1])
 def test_tables_equal_a_plain_python_reading_of_the_rows(rows, layout):
     got = part_tables(rows, METHODS, layout=layout)
     want = expected(rows)
     tables = got.merged()
+    if layout == 3:
+        assert sorted(tables) == ["docs", "errors", "token_scores"]
+        assert "score:rollout:1" not in tables["token_scores"].column_names  # rollout starts at layer 2
+        assert not any(name.startswith("share:") for name in tables["token_scores"].column_names)
+        tables = sliced3(tables)
     if layout == 2:
         assert sorted(tables) == ["docs", "errors", "token_scores", "word_scores"]
         assert "score:rollout:1" not in tables["token_scores"].column_names  # rollout starts at layer 2
@@ -153,15 +204,11 @@ def test_a_part_written_by_a_worker_reads_back_as_strings_with_its_record(rows, 
     assert json.loads((folder / "_parts" / f"part-{record['part']}.json").read_text()) == record
     tokens = pq.read_table(folder / "token_scores")
     assert tokens.schema.field("doc_id").type == pa.string() and tokens.schema.field("token").type == pa.string()
-    close(
-        as_rows(
-            sliced({"token_scores": tokens, "word_scores": pq.read_table(folder / "word_scores")})[
-                "tokens/method=raw/layer=1"
-            ]
-        ),
-        expected(rows)["tokens/method=raw/layer=1"],
-    )
-    assert record["layout"] == 2 and record["slices"] == ["raw:1", "raw:2", "rollout:2"]
+    assert tokens.schema.field("word").type == pa.string() and not (folder / "word_scores").exists()
+    for table in ("tokens", "words"):
+        folder_name = f"{table}/method=raw/layer=1"
+        close(as_rows(sliced3({"token_scores": tokens})[folder_name]), expected(rows)[folder_name])
+    assert record["layout"] == 3 and record["slices"] == ["raw:1", "raw:2", "rollout:2"] and record["shares"] == []
     assert record["totals"]["n_docs"] == 5 and record["seconds"]["forward"] > 0
     # the same block written again lands on the same files: nothing is added
     files = sorted(p.relative_to(folder) for p in folder.rglob("*.parquet"))

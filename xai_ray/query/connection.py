@@ -24,7 +24,7 @@ import duckdb
 import pyarrow as pa
 
 from xai_ray.query.limits import Limits, QueryError
-from xai_ray.query.views import FOLDERS, folder_files, run_layouts, view_sql
+from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import RUNS
 from xai_ray.store.schemas import TABLES as SCHEMAS
@@ -80,17 +80,18 @@ def _create_views(con, root: Path, runs: list[Path], tables, prefix: str) -> lis
     layouts = run_layouts(runs)
     readable = []
     for table in tables:
-        folders = FOLDERS.get(table, (table,))
-        files = {
-            folder: folder_files(root, layouts, folder) if table in FOLDERS else _files(root, runs, folder)
-            for folder in folders
-        }
-        for folder, found in files.items():
+        if table in SOURCES:
+            files = {source.name: folder_files(root, layouts, source) for source in SOURCES[table]}
+        else:
+            files = {table: _files(root, runs, table)}
+        for name, found in files.items():
             readable += found
-            if found:
-                con.execute(f"SET VARIABLE files_{folder} = ?", [found])
-        if table in FOLDERS:
-            select = view_sql(table, layouts, files, sql_text)
+            if found and table not in SOURCES:
+                con.execute(f"SET VARIABLE files_{name} = ?", [found])
+        if table in SOURCES:
+            select, bound = view_sql(table, layouts, files, sql_text)
+            for variable, found in bound.items():
+                con.execute(f"SET VARIABLE {variable} = ?", [found])
             if select is not None and prefix == "union":
                 select = sql_text(f"union_{table}").replace("@parts@", select)
         else:
@@ -102,7 +103,7 @@ def _create_views(con, root: Path, runs: list[Path], tables, prefix: str) -> lis
             if prefix == "union":
                 empty = empty.append_column("source_run_id", pa.array([], pa.string()))
             con.from_arrow(empty).create_view(table)
-    return readable
+    return list(dict.fromkeys(readable))  # layout 3's table serves both tokens and words
 
 
 def _files(root: Path, runs: list[Path], folder: str) -> list[str]:

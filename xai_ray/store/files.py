@@ -93,10 +93,26 @@ def write_atomically(path: str | Path, data: bytes | str, durable: bool = True) 
 
 
 def write_parquet_atomically(path: str | Path, table: pa.Table, durable: bool = False, **options) -> Path:
-    """One Parquet file, all or nothing; ``options`` go to ``pyarrow.parquet.write_table``."""
+    """One Parquet file, all or nothing; ``options`` as ``write_parquet``'s."""
     with replacing(path, durable) as handle:
-        pq.write_table(table, handle, **options)
+        write_parquet(table, handle, **options)
     return Path(path)
+
+
+def write_parquet(table: pa.Table, sink, row_groups: list[int] | None = None, **options) -> None:
+    """``table`` as Parquet into ``sink``; ``options`` go to ``pyarrow.parquet.write_table``.
+    ``row_groups``: the rows of each row group in turn (they add up to the table's), so rows
+    that a filter keeps or skips together sit in groups of their own."""
+    if row_groups is None:
+        pq.write_table(table, sink, **options)
+        return
+    options.pop("row_group_size", None)
+    with pq.ParquetWriter(sink, table.schema, **options) as writer:
+        start = 0
+        for rows in row_groups:
+            if rows:
+                writer.write_table(table.slice(start, rows), row_group_size=rows)
+            start += rows
 
 
 def _fsync(path: Path) -> None:

@@ -5,8 +5,9 @@ Layout (private; the SQL views in ``query`` are the public interface)::
     STORE/runs/run_id=<id>/manifest.json
     STORE/runs/run_id=<id>/docs/part-<n>.parquet
     STORE/runs/run_id=<id>/errors/part-<n>.parquet
-    STORE/runs/run_id=<id>/token_scores/part-<n>.parquet  (a row per token, a column per method x layer)
-    STORE/runs/run_id=<id>/word_scores/part-<n>.parquet   (a row per word, columns per method x layer)
+    STORE/runs/run_id=<id>/token_scores/part-<n>.parquet  (a row per token, its word on its first token,
+                                                           columns per method x layer)
+    STORE/runs/run_id=<id>/word_scores/part-<n>.parquet   (store layout 2 also: a row per word)
     STORE/runs/run_id=<id>/tokens/method=<m>/layer=<l>/part-<n>.parquet  (store layout 1, instead)
     STORE/runs/run_id=<id>/words/method=<m>/layer=<l>/part-<n>.parquet   (store layout 1, instead)
     STORE/runs/run_id=<id>/_parts/part-<n>.json  (which documents each part holds)

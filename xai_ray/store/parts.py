@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from xai_ray.store.layout import staging_dir
+from xai_ray.store.records import PartRecord
 from xai_ray.store.schemas import LAYOUT
 from xai_ray.store.staging import commit_part
-from xai_ray.store.tables import error_table, parquet_options, part_tables, slices_of, stage_seconds
+from xai_ray.store.tables import error_table, parquet_options, part_tables, stage_seconds
 
 ROW_GROUP_ROWS = 256_000
 
@@ -63,35 +64,26 @@ class PartWriter:
             summed = self.totals_class()
             summed.add(rows)
             totals = summed.state()
-        record = {
-            "doc_ids": ids,
-            "counts": {**found.counts, "duplicates": 0},
-            "fingerprints": sorted(found.fingerprints),
-            "n_layers": found.n_layers or _n_layers(rows),
-            "read_errors": False,
-            "totals": totals,
-            "seconds": stage_seconds(rows),  # where the scoring time went, for the manifest
-            "node": node,
-            "layout": self.layout,
-            "slices": slices_of(tables),
-        }
+        record = PartRecord.of(
+            tables,
+            ids,
+            found.counts,
+            self.layout,
+            fingerprints=sorted(found.fingerprints),
+            n_layers=found.n_layers or _n_layers(rows),
+            totals=totals,
+            seconds=stage_seconds(rows),  # where the scoring time went, for the manifest
+            node=node,
+        )
         return commit_part(self.folder, part_key(ids), tables, record, ROW_GROUP_ROWS, parquet_options)
 
     def write_errors(self, doc_ids: list[str], stage: str, reasons: list[str], key: str, node: str | None = None):
         """Commit rows that never reached a scorer (``stage`` 'read') as one part named ``key``."""
         table = error_table(doc_ids, stage, reasons)
-        record = {
-            "doc_ids": [],  # a rejected row's id may be a kept document's too (a duplicate id)
-            "counts": {"docs": 0, "errors": table.num_rows, "tokens": 0, "words": 0, "duplicates": 0},
-            "fingerprints": [],
-            "n_layers": None,
-            "read_errors": stage == "read",
-            "totals": None,
-            "node": node,
-            "layout": self.layout,
-            "slices": [],
-        }
+        counts = {"docs": 0, "errors": table.num_rows, "tokens": 0, "words": 0}
+        # no doc_ids: a rejected row's id may be a kept document's too (a duplicate id)
         tables = {"errors": table} if table.num_rows else {}
+        record = PartRecord.of(tables, [], counts, self.layout, read_errors=stage == "read", node=node)
         return commit_part(self.folder, key, tables, record, ROW_GROUP_ROWS, parquet_options)
 
 

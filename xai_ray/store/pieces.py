@@ -1,7 +1,8 @@
 """A batch's per-token and per-word columns, built once and shared by every method x layer.
 
-Both store layouts (``scores_v1``: a row per method, layer and token; ``scores_v2``: a row per
-token, a column per method and layer) start from the same pieces: the document of each token and
+Every store layout (``scores_v1``: a row per method, layer and token; ``scores_v2``: a row per
+token and per word, a column per method and layer; ``scores_v3``: a row per token, its word on its
+first token) starts from the same pieces: the document of each token and
 word, its position, its text, and each word's unit (a contraction joined back) with the weight
 that turns a share into a lift. Everything here is a numpy gather over the scorer rows' flattened
 list columns: no Python object per token.
@@ -30,8 +31,8 @@ def local(lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(starts, lengths)
 
 
-def layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
-    """``layer -> (sum lengths,) float32``: layer l of every document's flattened (L, n) scores, in order."""
+def _gathered(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
+    """(flat float32 values, each element's offset in layer 0, each element's layer stride)."""
     lists = column.combine_chunks()
     values = flat(lists).to_numpy(zero_copy_only=False)
     if values.dtype != np.float32:
@@ -40,8 +41,25 @@ def layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
     if values.size != expected:
         raise ValueError(f"a score column holds {values.size} values where L x lengths make {expected}")
     starts = np.repeat(np.cumsum(lengths * n_layers) - lengths * n_layers, lengths) + local(lengths)
-    widths = np.repeat(lengths, lengths)
+    return values, starts, np.repeat(lengths, lengths)
+
+
+def layers(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int):
+    """``layer -> (sum lengths,) float32``: layer l of every document's flattened (L, n) scores, in order."""
+    values, starts, widths = _gathered(column, lengths, n_layers)
     return lambda layer: values[starts + layer * widths]
+
+
+def every_layer(column: pa.ChunkedArray, lengths: np.ndarray, n_layers: int) -> np.ndarray:
+    """(L, sum lengths) float32: what ``layers`` gives for each layer, each document's (L, n) block
+    moved whole (no index array of L x sum lengths)."""
+    values = flat(column.combine_chunks()).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    expected = int(lengths.sum()) * n_layers
+    if values.size != expected:
+        raise ValueError(f"a score column holds {values.size} values where L x lengths make {expected}")
+    ends = np.cumsum(lengths * n_layers)
+    blocks = [values[end - n * n_layers : end].reshape(n_layers, n) for end, n in zip(ends.tolist(), lengths.tolist())]
+    return np.concatenate(blocks, axis=1) if blocks else np.zeros((n_layers, 0), dtype=np.float32)  # (L, sum lengths)
 
 
 def defined_slices(scored: pa.Table, methods: list[str], pieces: Pieces):

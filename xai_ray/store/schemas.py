@@ -1,16 +1,18 @@
 """The Arrow schemas of every table a store holds, and of the ``runs`` view: one place.
 
-``TABLES`` are the views' tables. Layout 2 (``LAYOUT``, ``store.scores_v2``) stores ``tokens`` and
-``words`` as ``TOKEN_PIECES`` / ``WORD_PIECES`` plus a float column per method x layer
-(``slice_column``); layout 1 stored them as ``TOKENS`` / ``WORDS`` files per method and layer.
+``TABLES`` are the views' tables. Layout 3 (``LAYOUT``, ``store.scores_v3``) stores ``tokens`` and
+``words`` in one table, ``SCORE_PIECES`` plus a score, raw score, divisor and share column per
+method x layer (``slice_column``); layout 2 (``store.scores_v2``) stored them as ``TOKEN_PIECES``
+/ ``WORD_PIECES`` plus float columns per method x layer; layout 1 as ``TOKENS`` / ``WORDS`` files
+per method and layer.
 """
 
 import re
 
 import pyarrow as pa
 
-LAYOUT = 2  # the store layout this version writes (recorded in each manifest as ``store_layout``)
-LAYOUTS = (1, 2)  # the layouts it reads: 1 = a manifest without ``store_layout`` (written before layout 2)
+LAYOUT = 3  # the store layout this version writes (recorded in each manifest as ``store_layout``)
+LAYOUTS = (1, 2, 3)  # the layouts it reads: 1 = a manifest without ``store_layout`` (written before layout 2)
 
 DOCS = pa.schema(
     [
@@ -67,11 +69,13 @@ WORD_PIECES = pa.schema(
         ("unit_weight", pa.float64()),  # the document's words / the words of the word's unit: lift = score x this
     ]
 )
-SLICE = re.compile(r"^(score|raw_score):([a-z][a-z0-9_]*):([0-9]+)$")
+# Layout 3: a row per token, the word's columns on its first token (null on the others).
+SCORE_PIECES = pa.schema([*TOKEN_PIECES, *(f for f in WORD_PIECES if f.name not in TOKEN_PIECES.names)])
+SLICE = re.compile(r"^(score|raw_score|token_score|divisor|share):([a-z][a-z0-9_]*):([0-9]+)$")
 
 
 def slice_column(kind: str, method: str, layer: int) -> str:
-    """The layout-2 column of one method and (1-based) layer: ``score:rollout:3``."""
+    """The layout-2 or 3 column of one method and (1-based) layer: ``score:rollout:3``."""
     return f"{kind}:{method}:{layer}"
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from xai_ray.store.files import write_atomically, write_parquet_atomically
+from xai_ray.store.records import PartRecord
 
 PARTS = "_parts"
 FILE_THREADS = 4
@@ -84,7 +85,7 @@ class Staging:
             if path.name.endswith(".tmp") or (path.name.endswith(".parquet") and relative not in committed):
                 path.unlink()
 
-    def commit(self, tables: dict[str, pa.Table], record: dict, row_group_rows: int, options=None) -> dict:
+    def commit(self, tables: dict[str, pa.Table], record: PartRecord, row_group_rows: int, options=None) -> dict:
         """Write one part: ``tables`` maps a slice folder (e.g. ``tokens/method=raw/layer=1``) to its rows."""
         record = commit_part(self.folder, self.next_part, tables, record, row_group_rows, options)
         self.records.append(record)
@@ -102,7 +103,7 @@ class Staging:
 
 
 def commit_part(
-    folder: Path, key, tables: dict[str, pa.Table], record: dict, row_group_rows: int, options=None
+    folder: Path, key, tables: dict[str, pa.Table], record: PartRecord, row_group_rows: int, options=None
 ) -> dict:
     """Write one part into the staging ``folder``: its files, then its record (which makes it real).
     Called by the driver (numbered parts) and by Ray workers (named parts) alike. ``options``: the
@@ -111,15 +112,16 @@ def commit_part(
 
     def one(where: str) -> None:
         table = tables[where]
-        chosen = {"compression": "zstd", **((options(table) if callable(options) else options) or {})}
-        write_parquet_atomically(paths[where], table, durable=True, row_group_size=row_group_rows, **chosen)
+        chosen = {"compression": "zstd", "row_group_size": row_group_rows}
+        chosen.update((options(table) if callable(options) else options) or {})  # may set its own row groups
+        write_parquet_atomically(paths[where], table, durable=True, **chosen)
 
     # A few files at once: Parquet encoding and fsync release the GIL, so one file's wait for the
     # disk overlaps the next one's encoding. The record is written only when every file is durable.
     with ThreadPoolExecutor(max_workers=FILE_THREADS) as pool:
         list(pool.map(one, paths))
     files = [path.relative_to(folder).as_posix() for path in paths.values()]
-    record = {**record, "part": key, "files": files}
+    record = {**record.as_json(), "part": key, "files": files}
     write_atomically(folder / PARTS / f"part-{key}.json", json.dumps(record).encode())
     return record
 

@@ -2,8 +2,9 @@
 
 A batch of scorer rows (``scoring.rows.row_schema``: one row per document, each method's per-layer
 scores flattened to L*n floats) becomes one ``docs`` table, the ``errors`` and ``faithfulness``
-rows, and the tokens and words of the store's layout (``scores_v2``: a row per token and per word,
-a float column per method x layer; ``scores_v1``, the previous layout: a table per method x layer).
+rows, and the tokens and words of the store's layout (``scores_v3``: a row per token, its word on
+its first token, the floats a method x layer adds; ``scores_v2`` and ``scores_v1``, the previous
+layouts: a row per token and per word, and a table per method x layer).
 Every score is moved by numpy gathers over the flattened list columns; the id columns (document,
 position, token, word) are built once per batch (``pieces``), dictionary-encoded once.
 """
@@ -16,15 +17,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xai_ray.store import scores_v1, scores_v2
+from xai_ray.store import scores_v1, scores_v2, scores_v3
 from xai_ray.store.pieces import Pieces, flat, lengths_of
 from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, LAYOUT
 
 # Dictionary pages for the string columns only (a float column's dictionary only grows, then is
 # dropped), delta encoding for the counters (positions, word ids), statistics only where a reader
 # can prune with them. ``store_schema=False``: the dictionary-encoded id columns read back as
-# plain strings. Layout 2's score columns are split by byte (``BYTE_STREAM_SPLIT``) before zstd:
-# the exponent bytes of a column's floats then sit together and compress.
+# plain strings. The score columns are split by byte (``BYTE_STREAM_SPLIT``) before zstd: the
+# exponent bytes of a column's floats then sit together and compress. Layout 3's divisors (one
+# value per document, on each of its rows) are dictionary-encoded: a query reading a share decodes
+# a run of indices, not a float a row.
 PARQUET_OPTIONS = {
     "compression": "zstd",
     "use_dictionary": ["doc_id", "token", "word", "joined", "stage", "method", "metric"],
@@ -35,11 +38,25 @@ PARQUET_OPTIONS = {
 
 
 def parquet_options(table: pa.Table) -> dict:
-    """The writer's options for ``table``: ``PARQUET_OPTIONS``, score columns byte-split."""
-    split = {f.name: "BYTE_STREAM_SPLIT" for f in table.schema if f.name.startswith(("score:", "raw_score:"))}
+    """The writer's options for ``table``: ``PARQUET_OPTIONS``, score columns byte-split, layout 3's
+    divisors dictionary-encoded and its runs of rows (``scores_v3.row_runs``) in row groups of
+    their own, with the statistics that let a view's filter decide a whole group. The options are
+    ``store.files.write_parquet``'s."""
+    names = table.schema.names
+    split = {name: "BYTE_STREAM_SPLIT" for name in names if name.startswith(SCORE_KINDS)}
     if not split:
         return PARQUET_OPTIONS
-    return {**PARQUET_OPTIONS, "column_encoding": {**PARQUET_OPTIONS["column_encoding"], **split}}
+    dictionary = PARQUET_OPTIONS["use_dictionary"] + [name for name in names if name.startswith("divisor:")]
+    encoding = {**PARQUET_OPTIONS["column_encoding"], **split}
+    options = {**PARQUET_OPTIONS, "use_dictionary": dictionary, "column_encoding": encoding}
+    runs = scores_v3.row_runs(table)
+    if runs is not None:  # layout 3's one table, its runs of rows in groups of their own
+        statistics = PARQUET_OPTIONS["write_statistics"] + ["span_id", "position"]
+        options.update(write_statistics=statistics, row_groups=runs)
+    return options
+
+
+SCORE_KINDS = ("score:", "raw_score:", "token_score:", "share:")  # float columns of a method x layer
 
 
 @dataclass
@@ -59,8 +76,9 @@ class PartTables:
             self.counts[count] = self.counts.get(count, 0) + table.num_rows
 
     def merged(self) -> dict[str, pa.Table]:
-        """One table per slice folder (a slice's dictionary-encoded columns unified across batches)."""
-        return {folder: _concat(parts) for folder, parts in self.tables.items()}
+        """One table per slice folder (a slice's dictionary-encoded columns unified across batches;
+        layout 3's word rows first, ``scores_v3.words_first``)."""
+        return {folder: scores_v3.words_first(_concat(parts)) for folder, parts in self.tables.items()}
 
     def rows(self) -> dict[str, int]:
         return {folder: sum(t.num_rows for t in parts) for folder, parts in self.tables.items()}
@@ -146,7 +164,7 @@ def _add_scored(out: PartTables, scored: pa.Table, methods: list[str], layout: i
     out.add("docs", docs, "docs")
 
     pieces = Pieces.of(scored, doc_ids, n_tokens, n_words, n_layers)
-    builder = {1: scores_v1, 2: scores_v2}[layout]
+    builder = {1: scores_v1, 2: scores_v2, 3: scores_v3}[layout]
     builder.add(out, scored, methods, pieces)
 
 
@@ -196,6 +214,16 @@ def stage_seconds(rows: pa.Table) -> dict[str, float]:
 
 
 def slices_of(tables: dict[str, pa.Table]) -> list[str]:
-    """The method x layer slices (``rollout:3``) a part's layout-2 tables hold, for its record."""
+    """The method x layer slices (``rollout:3``) a part's layout-2 or 3 tables hold, for its record."""
+    return _columns_of(tables, "score:")
+
+
+def shares_of(tables: dict[str, pa.Table]) -> list[str]:
+    """The slices whose shares a part's layout-3 table keeps as a column (``scores_v3``: those a
+    document's divisor does not reproduce), for its record and the run's manifest."""
+    return _columns_of(tables, "share:")
+
+
+def _columns_of(tables: dict[str, pa.Table], kind: str) -> list[str]:
     table = tables.get(scores_v2.TOKEN_TABLE)
-    return [] if table is None else [name.split(":", 1)[1] for name in table.column_names if name.startswith("score:")]
+    return [] if table is None else [name.split(":", 1)[1] for name in table.column_names if name.startswith(kind)]

@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 from xai_ray.store import StoreError
 from xai_ray.store.files import write_atomically, write_parquet_atomically
 from xai_ray.store.layout import MANIFEST, run_dir, staging_dir
+from xai_ray.store.records import PartRecord
 from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, HEAD_SIMILARITY, HEADS, LAYOUT
 from xai_ray.store.staging import Staging, StagingError
-from xai_ray.store.tables import PartTables, error_table, parquet_options, part_tables, slices_of
+from xai_ray.store.tables import PartTables, error_table, parquet_options, part_tables
 
 ROW_GROUP_ROWS = 256_000
 
@@ -82,6 +83,7 @@ class RunWriter:
         scored = [record.get("layout", 1) for record in self.stage.records if record.get("n_layers")]
         self.layout = scored[0] if scored else layout
         self.slices: set[str] = set()
+        self.shares: set[str] = set()  # layout 3: slices some part keeps shares of (scores_v3)
         self.counts = {"docs": 0, "errors": 0, "tokens": 0, "words": 0, "duplicates": 0}
         self.done_ids: set[str] = set()  # documents out of the scorer, committed or pending
         self.fingerprints: set[str] = set()
@@ -104,6 +106,7 @@ class RunWriter:
         self.fingerprints.update(record["fingerprints"])
         self.n_layers = self.n_layers or record.get("n_layers")
         self.slices.update(record.get("slices") or [])
+        self.shares.update(record.get("shares") or [])
         self.read_errors_done = self.read_errors_done or record.get("read_errors", False)
         if self.totals is not None and record.get("totals"):
             self.totals.merge(self.totals_class.from_state(record["totals"]))
@@ -185,18 +188,19 @@ class RunWriter:
             return
         counts = {**self.pending.counts, "duplicates": self.pending_duplicates}
         tables = self.pending.merged()
-        record = {
-            "doc_ids": self.pending_ids,
-            "counts": counts,
-            "fingerprints": sorted(self.pending.fingerprints),
-            "n_layers": self.n_layers or self.pending.n_layers,
-            "read_errors": self.pending_read_errors,
-            "totals": self.pending_totals.state() if self.pending_totals is not None else None,
-            "layout": self.layout,
-            "slices": slices_of(tables),
-        }
+        record = PartRecord.of(
+            tables,
+            self.pending_ids,
+            counts,
+            self.layout,
+            fingerprints=sorted(self.pending.fingerprints),
+            n_layers=self.n_layers or self.pending.n_layers,
+            read_errors=self.pending_read_errors,
+            totals=self.pending_totals.state() if self.pending_totals is not None else None,
+        )
         record = self.stage.commit(tables, record, ROW_GROUP_ROWS, parquet_options)
         self.slices.update(record["slices"])
+        self.shares.update(record["shares"])
         self.collected.add(record["part"])
         for key, value in counts.items():
             self.counts[key] = self.counts.get(key, 0) + value
@@ -224,6 +228,8 @@ class RunWriter:
         manifest = {**manifest, "run_id": self.run_id, "counts": dict(self.counts)}
         if self.layout > 1:  # layout 1's manifests had no such key: readers take its absence as 1
             manifest.update(store_layout=self.layout, slices=sorted(self.slices, key=_slice_order))
+        if self.layout > 2:
+            manifest.update(shares=sorted(self.shares, key=_slice_order))
         write_atomically(self.staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str).encode())
         target = run_dir(self.store, self.run_id)
         target.parent.mkdir(parents=True, exist_ok=True)

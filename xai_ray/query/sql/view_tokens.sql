@@ -12,9 +12,9 @@ select
     cast('@method@' as varchar) as method,
     run_id
 from read_parquet(
-    getvariable('files_token_scores'),
+    getvariable('@files@'),
     hive_partitioning = true,
-    union_by_name = true,  -- a part whose batches left this layer out has no column: null, no rows
+    union_by_name = @by_name@,  -- true only for files no part record describes (see query.views)
     hive_types = {'run_id': VARCHAR}
 )
 where "score:@slice@" is not null

@@ -1,0 +1,171 @@
+"""Store layout 3's derivations: a word's raw score from its token, its share from a divisor.
+
+Layout 3 stores a word's raw score only where it is not its first token's score, and its share as
+raw / a per-document float32 divisor that the writer checks bit for bit (``scores_v3``). Here the
+scorer rows are written by hand, with the cases the writer must get right: a word of two tokens
+(raw stored), a word without a token (a row of its own), a document whose shares no divisor
+reproduces (an unsigned method whose total is negative: every share 0, where raw / inf would give
+-0 for a negative raw), so the part keeps that slice's shares. The expected rows are computed here
+in float32 numpy as the scorer computes them (``words.merge_batch``), and layout 1, which stores
+the scorer's floats as they are, must read the same.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from xai_ray.query.connection import open_store
+from xai_ray.scoring.rows import row_schema
+from xai_ray.store import layout
+from xai_ray.store.scores_v3 import divisors
+from xai_ray.store.writer import RunWriter
+
+F32 = np.float32
+# per document: tokens, each token's word (-1: special), words, token scores per layer (L=2, n)
+DOCS = {
+    "a": (
+        ["[CLS]", "un", "##like", "it", "[SEP]"],
+        [-1, 0, 0, 1, -1],
+        ["unlike", "it", "gone"],  # "gone" has no token
+        [[0.1, 0.2, 0.3, 0.25, 0.15], [0.05, 0.4, 0.1, 0.3, 0.15]],
+    ),
+    "b": (
+        ["[CLS]", "a", "b", "[SEP]"],
+        [-1, 0, 1, -1],
+        ["a", "b"],
+        [[0.5, -3.0, 1.0, 0.5], [0.1, 0.6, 0.2, 0.1]],  # layer 1: raw -3 + 1 < 0, every share 0
+    ),
+}
+
+
+def scorer_words(scores: np.ndarray, index: list[int], n_words: int):
+    """(raw (L, W), share (L, W)) in float32 as ``words.merge_batch`` makes them (unsigned)."""
+    raw = np.zeros((scores.shape[0], n_words), dtype=F32)
+    for position, word in enumerate(index):
+        if word >= 0:
+            raw[:, word] += scores[:, position]
+    total = raw.sum(axis=1, keepdims=True, dtype=F32)
+    share = np.where(total > 0, raw / np.where(total > 0, total, F32(1)), F32(0)).astype(F32)
+    return raw, share
+
+
+def scorer_rows() -> pa.Table:
+    rows = []
+    for doc_id, (tokens, index, words, scores) in DOCS.items():
+        scores = np.array(scores, dtype=F32)
+        raw, share = scorer_words(scores, index, len(words))
+        rows.append(
+            {
+                "doc_id": doc_id,
+                "text": " ".join(words),
+                "label": 1,
+                "pred": 1,
+                "probs": [0.25, 0.75],
+                "n_tokens": len(tokens),
+                "n_layers": 2,
+                "truncated": False,
+                "tokens": tokens,
+                "word_index": index,
+                "words": words,
+                "word_span": list(range(len(words))),
+                "word_joined": words,
+                "model_fingerprint": "f",
+                "scores_raw": scores.ravel(),
+                "word_raw_raw": raw.ravel(),
+                "word_scores_raw": share.ravel(),
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=row_schema(["raw"]))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("layout3")
+    for run_id, version in (("one", 1), ("three", 3)):
+        writer = RunWriter(root, run_id, ["raw"], layout=version)
+        writer.write(scorer_rows())
+        writer.publish({"created_at": run_id, "config": {"methods": ["raw"]}})
+    return root
+
+
+def expected_words() -> list[tuple]:
+    """(doc_id, layer, word_id, word, share, raw, lift) of every word, from the scorer's floats."""
+    out = []
+    for doc_id, (_, index, words, scores) in DOCS.items():
+        raw, share = scorer_words(np.array(scores, dtype=F32), index, len(words))
+        for layer in range(2):
+            for w, word in enumerate(words):
+                lift = float(F32(float(share[layer, w]) * len(words)))  # every unit one word
+                out.append((doc_id, layer + 1, w, word, float(share[layer, w]), float(raw[layer, w]), lift))
+    return sorted(out)
+
+
+def test_words_read_back_as_the_scorer_made_them(store):
+    con = open_store(store)
+    query = "select doc_id, layer, word_id, word, score, raw_score, lift from words where run_id = ? order by all"
+    three = con.execute(query, ["three"]).fetchall()
+    assert three == expected_words()
+    assert three == con.execute(query, ["one"]).fetchall()
+    signs = con.execute(
+        "select sign(raw_score), score::varchar from words where run_id = 'three' and doc_id = 'b' and layer = 1 order by 1"
+    )
+    assert signs.fetchall() == [(-1.0, "0.0"), (1.0, "0.0")]  # +0, not raw / inf's -0
+    tokens = "select * exclude (run_id) from tokens where run_id = ? order by all"
+    assert con.execute(tokens, ["three"]).fetchall() == con.execute(tokens, ["one"]).fetchall()
+    assert con.execute("select count(*) from tokens where run_id = 'three'").fetchone()[0] == 2 * 9
+
+
+def test_only_what_is_not_implied_is_stored(store):
+    run = layout.run_dir(store, "three")
+    (part,) = (run / "token_scores").glob("*.parquet")
+    table = pq.read_table(part)
+    assert table.num_rows == 9 + 1  # nine tokens and the word without one
+    own = table.column("token_score:raw:1").to_pylist()
+    kept = [row["word"] for row, value in zip(table.select(["word"]).to_pylist(), own) if value is not None]
+    assert kept == ["unlike"]  # the first token of a word of two tokens keeps its own score
+    words = [(r["word"], r["score:raw:1"]) for r in table.select(["word", "score:raw:1"]).to_pylist()]
+    assert ("gone", 0.0) in words  # a word without a token: a row of its own with its raw score
+    assert "share:raw:1" in table.column_names and "share:raw:2" not in table.column_names
+    shares = [v for v in table.column("share:raw:1").to_pylist() if v is not None]
+    assert shares == [0.0, 0.0]  # document b's two words, nothing else
+    manifest = json.loads(layout.manifest_path(store, "three").read_text())
+    assert manifest["shares"] == ["raw:1"] and manifest["store_layout"] == 3
+
+
+def test_a_divisor_is_found_however_the_total_was_rounded():
+    rng = np.random.default_rng(3)
+    raw = rng.gamma(0.5, size=800).astype(F32)
+    raw[400:] -= F32(0.3)  # the second document is signed
+    word_doc = np.repeat([0, 1], 400)
+    first = np.nextafter(raw[:400].sum(dtype=F32), F32(np.inf))
+    for _ in range(39):  # a total rounded 40 ulps away from the exact sum's float32
+        first = np.nextafter(first, F32(np.inf))
+    second = np.abs(raw[400:]).sum(dtype=F32)
+    shares = np.concatenate([raw[:400] / first, raw[400:] / second]).astype(F32)
+    found, exact = divisors(raw, shares, word_doc, 2)
+    assert exact.tolist() == [True, True]
+    assert ((raw / found[word_doc]).view(np.int32) == shares.view(np.int32)).all()
+    shares[7] = np.nextafter(shares[7], F32(1))  # a share no single divisor makes
+    assert divisors(raw, shares, word_doc, 2)[1].tolist() == [False, True]
+    nan = np.full(3, np.nan, dtype=F32)
+    assert divisors(np.ones(3, dtype=F32), nan, np.zeros(3, dtype=int), 1)[1].tolist() == [True]
+
+
+def test_each_kind_of_row_sits_in_row_groups_of_its_own_with_the_statistics_a_filter_needs(store):
+    (part,) = (layout.run_dir(store, "three") / "token_scores").glob("*.parquet")
+    meta = pq.ParquetFile(part).metadata
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    groups = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        span, own = (group.column(names.index(name)).statistics for name in ("span_id", "token_score:raw:1"))
+        own_values = pq.ParquetFile(part).read_row_group(g, columns=["token_score:raw:1"]).column(0)
+        groups.append((group.num_rows, span.null_count, own_values.null_count))
+    # words holding their token's score (a, it, b; gone, whose row has no token), the word keeping
+    # it apart (unlike), then the other rows ([CLS], ##like, [SEP] x 2): no group mixes two kinds
+    assert groups == [(4, 0, 4), (1, 0, 0), (5, 5, 5)]
