@@ -12,10 +12,10 @@ measured here never read the model. Each stage's CPU time per review, in one run
     words            word sums and renormalised words
     columns          the actor's output table (``scoring.rows.row_schema``)
     encode + write   the store's tables of those rows, encoded as Parquet in memory (the writer's
-                     options; no files, no fsync), as ``bench/scale.py``'s encoding floor: in a part
-                     of as many reviews as a run's parts hold (500 at the defaults; the batches'
-                     rows reused under fresh ids and word strings), so a part's fixed costs are
-                     spread as a run spreads them, for both paths
+                     options; no files, no fsync), as ``bench/scale.py``'s encoding floor: a part
+                     of as many distinct reviews as a run's parts hold (500 at the defaults;
+                     ``store_layout.block``'s synthetic rows), so a part's fixed costs are spread
+                     as a run spreads them, for both paths
 before: the per-document path before the batched one, kept below as code (float64 numpy per review,
         words by ``np.add.at`` per review, a Python dict per row and ``pa.Table.from_pylist``);
 after:  the scorer's path (``Method.scores`` on the whole (B, L, N, N) batch in float32 torch,
@@ -39,10 +39,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from store_layout import block  # noqa: E402
 
 from xai_ray.config import RunConfig  # noqa: E402
 from xai_ray.methods import AttentionOptions, get_method  # noqa: E402
@@ -275,21 +277,15 @@ def same_rows(old: pa.Table, new: pa.Table, methods) -> None:
             np.testing.assert_allclose(b, a, atol=2e-5, rtol=1e-3, err_msg=f"{prefix}_{name}")
 
 
-def as_part(tables: list[pa.Table]) -> pa.Table:
-    """The batches' scorer rows reused under fresh document ids (and fresh word strings, every
-    review's own as in the batches) up to the reviews a run's part holds (``PART_DOCS``)."""
-    rows = pa.concat_tables(tables)
-    copies = []
-    for k in range(-(-PART_DOCS // rows.num_rows)):
-        copy = rows.set_column(0, "doc_id", pc.binary_join_element_wise(rows.column("doc_id"), f"c{k}", "~"))
-        for name in ("words", "word_joined"):
-            words = copy.column(name).combine_chunks()
-            fresh = pc.binary_join_element_wise(words.flatten(), f"c{k}", "~")
-            copy = copy.set_column(
-                copy.schema.get_field_index(name), name, pa.ListArray.from_arrays(words.offsets, fresh)
-            )
-        copies.append(copy)
-    return pa.concat_tables(copies).slice(0, PART_DOCS).combine_chunks()
+def part_rows(n_layers: int, methods) -> pa.Table:
+    """A part's worth of scorer rows (``PART_DOCS`` distinct reviews; ``store_layout.block``: 512
+    tokens, 400 words from a Zipf vocabulary, attention-like token scores, words summed from them as
+    the scorer sums them), for the encode stage: timing a part as large as a run's spreads its fixed
+    costs as a run does, and distinct reviews keep the encoder from finding one review in another."""
+    rng = np.random.default_rng(7)
+    size = 50
+    blocks = [block(min(size, PART_DOCS - f), f, list(methods), n_layers, rng) for f in range(0, PART_DOCS, size)]
+    return pa.concat_tables(blocks).combine_chunks()
 
 
 def measure(shape: str, n_docs: int, batch_size: int, repeats: int) -> dict:
@@ -304,8 +300,8 @@ def measure(shape: str, n_docs: int, batch_size: int, repeats: int) -> dict:
                 tables[path].append(run(batch, methods, clocks[path]))
             same_rows(tables["before"][-1], tables["after"][-1], methods)
     reviews = n_docs * repeats
+    part = part_rows(n_layers, methods)
     for path in clocks:  # the store's parts, as large as a run's: a part's fixed costs are paid once
-        part = as_part(tables[path])
         encoded = {}
         sizes[path] = encode(part, methods, encoded, LAYOUTS[path]) * reviews / part.num_rows
         clocks[path]["encode + write"] = encoded["encode + write"] * reviews / part.num_rows

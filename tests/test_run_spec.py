@@ -49,6 +49,7 @@ CHANGED = {
     "report": False,
     "top_k": 7,
     "part_rows": 1000,
+    "store_layout": 2,
     "shared_store": True,
     "extra": {"store_uri": "s3://bucket/x", "note": [1, 2]},
     "evaluate": True,

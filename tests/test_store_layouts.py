@@ -164,3 +164,20 @@ def test_a_run_staged_in_layout_1_is_finished_in_layout_1(tmp_path, batches):
     assert not (layout.run_dir(tmp_path, "r") / "token_scores").exists()
     for view in ("tokens", "words", "docs", "errors"):
         assert rows(con, view, "r") == rows(con, view, "fresh"), view
+
+
+def test_the_run_config_chooses_the_layout_a_new_run_is_written_in(tmp_path, batches):
+    from xai_ray.config import RunConfig
+    from xai_ray.pipeline.writing import open_writer
+
+    for version in (2, 3):
+        cfg = RunConfig(store=str(tmp_path), methods=tuple(METHODS), store_layout=version)
+        writer = open_writer(cfg, f"r{version}")
+        assert writer.layout == version
+        for batch in batches:
+            writer.write(batch)
+        writer.publish({"created_at": f"2026-01-0{version}", "config": {"methods": METHODS}})
+        assert json.loads(layout.manifest_path(tmp_path, f"r{version}").read_text())["store_layout"] == version
+    con = open_store(tmp_path)
+    for view in ("tokens", "words"):
+        assert rows(con, view, "r2") == rows(con, view, "r3") != []

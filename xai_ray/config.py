@@ -75,6 +75,7 @@ class RunConfig(CorpusSource):
     report: bool = True
     top_k: int = 20
     part_rows: int = 256_000  # rows of the largest table slice per committed part (resume granularity)
+    store_layout: int = 3  # 3: compact (store.scores_v3); 2: a word row apart, faster token scans
     shared_store: bool = False  # the store folder is mounted on every node: workers anywhere write parts
     extra: dict = field(default_factory=dict)
     # faithfulness (--evaluate): perturbation metrics of every method on the scoring actors
@@ -187,6 +188,7 @@ RULES = {
     "store": TEXT,
     "top_k": Rule(lo=1, hi=100_000),
     "part_rows": Rule(lo=1),
+    "store_layout": Rule(choices=(2, 3)),
     "evaluate_share": Rule(lo=0.0, lo_open=True, hi=1.0),
     "rationales": TEXT,
     "rationale_units": Rule(choices=("tokens", "chars")),

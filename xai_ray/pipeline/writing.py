@@ -93,6 +93,7 @@ def open_writer(cfg: RunConfig, run_id: str) -> RunWriter:
         identity={k: settings[k] for k in IDENTITY_KEYS},
         part_rows=cfg.part_rows,
         totals=HeadTotals if cfg.heads else None,
+        layout=cfg.store_layout,  # a resumed run keeps the layout its parts were written in
     )
     write_atomically(layout.staged_config(cfg.store, run_id), yaml.safe_dump(settings, sort_keys=False))
     return writer
