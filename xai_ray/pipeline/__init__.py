@@ -167,6 +167,13 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
     return RunResult(run_id=run_id, run_dir=run_dir, manifest=manifest, report=out)
 
 
+def _held(rows) -> bool:
+    """Whether ``rows`` is a small corpus the driver read and screened (``data.held``)."""
+    from xai_ray.data.held import Held
+
+    return isinstance(rows, Held)
+
+
 def _run_through_mirror(cfg: RunConfig) -> RunResult:
     """A store URI is written through its local mirror, then uploaded. The manifest's
     ``config.store`` is the mirror folder; ``config.extra.store_uri`` the store it was published to."""
@@ -197,22 +204,27 @@ def new_run_id() -> str:
 
 def read(cfg: RunConfig):
     """Stage 1: the corpus, planned (``data.stream.Corpus``): its pieces found from names, headers and
-    footers; a source it cannot read is refused here, before Ray starts. Nothing is read yet."""
+    footers; a source it cannot read is refused here, before Ray starts. Nothing is read yet. A run
+    selecting at most ``driver_rows`` rows (``data.held.reads_here``) is read by the driver itself."""
+    from xai_ray.data.held import reads_here
     from xai_ray.data.sources import plan
     from xai_ray.data.stream import Corpus
 
     found = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
-    log.info("reading %s: %d piece(s)", cfg.data, len(found.pieces))
-    return Corpus(found, limit=cfg.limit, seed=cfg.seed)
+    here = reads_here(found, cfg.limit, cfg.driver_rows)
+    log.info("reading %s: %d piece(s)%s", cfg.data, len(found.pieces), " in the driver" if here else "")
+    return Corpus(found, limit=cfg.limit, seed=cfg.seed, driver=here)
 
 
 def screen(corpus, classes=None, done=None, known=None):
     """Stage 2: screen the corpus on Ray workers (``data.stream.screen``): bad rows, repeated ids,
     labels outside the model's classes; ``done``/``known`` leave out what a resumed or nightly run
-    need not score. Returns a ``Screened`` (counts here, the verdicts in Ray's object store)."""
-    from xai_ray.data.stream import screen as screen_stream
+    need not score. Returns a ``Screened`` (counts here, the verdicts in Ray's object store), or for
+    a corpus the driver reads (``Corpus.driver``) a ``data.held.Held`` screened here by the same rules."""
+    from xai_ray.data import held, stream
 
-    screened = screen_stream(corpus, classes, done=done, known=known)
+    screen_rows = held.screen if corpus.driver else stream.screen
+    screened = screen_rows(corpus, classes, done=done, known=known)
     log.info("screened %d rows: %s", screened.n_input, screened.counts)
     return screened
 
@@ -221,7 +233,9 @@ def score(rows, cfg: RunConfig):
     """Stage 3: score on a pool of Ray actors; returns the Ray Dataset of scorer rows (lazy).
 
     ``rows``: a ``Screened`` corpus (streamed from the source), a Ray Dataset of ``doc_id, text,
-    label`` rows, or a DataFrame of them (a notebook, ``xai-ray evaluate``)."""
+    label`` rows, or a DataFrame of them (a notebook, ``xai-ray evaluate``); or a ``Held`` corpus,
+    whose batches the driver hands to the actors itself (``pool.score_here``): then an iterator of
+    Arrow tables of scorer rows."""
     import ray
     from ray.data import ActorPoolStrategy
 
@@ -234,12 +248,16 @@ def score(rows, cfg: RunConfig):
     workers = start_actors(cfg)  # the warm pool when it holds this model (pipeline.pool)
     actors = len(workers.actors)
     batch = even_batch(cfg.batch_size, _count(rows), actors)
-    dataset, n_docs = _scorer_input(rows, replace(cfg, batch_size=batch), actors)
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
     defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
     deferred = [m for m in cfg.methods if REGISTRY[m].host_stage] if defer else []  # methods run on the host
     config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
+    if _held(rows):
+        log.info("scoring %d documents on %d actor(s), %.0f GPU each", rows.counts["todo"], actors, gpus)
+        todo = rows.todo(heads_sample_ranks(rows.counts["kept"], cfg))
+        return pool.score_here(workers, config, todo, batch, DeferredMethods(config) if deferred else None)
+    dataset, n_docs = _scorer_input(rows, replace(cfg, batch_size=batch), actors)
     # One task per batch, as many at once as the pool has actors, each handing its batch to a free
     # actor (pipeline.pool): one batch in flight per actor, given to whichever is free, not queued
     # behind a busy one (Ray Data's default of 2 a actor left one of two CPU actors idle for the
