@@ -265,7 +265,7 @@ def score(rows, cfg: RunConfig):
     # restarted and its batch run again (pool.start); application errors are recorded by the scorer.
     scored = dataset.map_batches(
         pool.score_on_pool,
-        fn_kwargs={"leases": workers.leases, "config": config},
+        fn_kwargs={"leases": workers.queue(), "config": config},
         batch_size=batch,
         batch_format="numpy",
         compute=ray.data.TaskPoolStrategy(size=actors),

@@ -59,8 +59,20 @@ class ScorerHost:
 class Pool:
     key: tuple  # what the actors were started for: model identity, size, resources, Ray session
     actors: list  # ActorHandles
-    leases: object  # a ray.util.queue.Queue holding the actors not scoring a batch now
     kept: bool  # whether it outlives the run (one node) or is released after it (a cluster)
+    leases: object = None  # a ray.util.queue.Queue holding the actors not scoring a batch now (``queue``)
+
+    def queue(self):
+        """The queue Ray Data's scoring tasks take a free actor from, made on first use: a small
+        corpus the driver hands out itself needs none, and the queue is an actor of its own whose
+        start the driver would wait for (about 1 s on 2 cores, beside the model loads)."""
+        if self.leases is None:
+            from ray.util.queue import Queue
+
+            self.leases = Queue(actor_options={"num_cpus": 0})
+            for handle in self.actors:
+                self.leases.put(handle)
+        return self.leases
 
     def pids(self) -> list[int]:
         """The actors' process ids (waits for them to be up)."""
@@ -84,7 +96,6 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
     released). Returns at once: the actors load the model in the background. ``early`` (before
     screening): None on a cluster, whose actors would hold the CPUs the screening tasks wait for."""
     import ray
-    from ray.util.queue import Queue
 
     nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
     session = _session()
@@ -106,10 +117,7 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
         scheduling_strategy="SPREAD",
     )
     handles = [host.remote(identity(cfg), gpus, cfg.cpus_per_actor) for _ in range(actors)]
-    leases = Queue(actor_options={"num_cpus": 0})
-    for handle in handles:
-        leases.put(handle)
-    _pool["current"] = pool = Pool(key=key, actors=handles, leases=leases, kept=kept)
+    _pool["current"] = pool = Pool(key=key, actors=handles, kept=kept)
     log.info("starting %d scoring actor(s) for %s", actors, cfg.model)
     return pool
 
