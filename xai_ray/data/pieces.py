@@ -141,7 +141,7 @@ def _parquet_frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterat
     except CorpusError:
         raise
     except Exception as err:  # pyarrow raises several types for broken files
-        raise CorpusError(f"Parquet file {piece.path!r} cannot be read: {err}") from None
+        raise CorpusError(f"Parquet file {piece.path!r} cannot be read: {first_line(err)}") from None
 
 
 def _csv_frames(piece: Piece, chunk_rows: int) -> Iterator[pd.DataFrame]:
@@ -188,7 +188,7 @@ def _tar_frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterator[p
                         yield _row_frame(rows)
                         rows = []
     except (tarfile.TarError, OSError, EOFError) as err:
-        raise CorpusError(f"archive {piece.path!r} cannot be read: {err}") from None
+        raise CorpusError(f"archive {piece.path!r} cannot be read: {first_line(err)}") from None
     if rows:
         yield _row_frame(rows)
 

@@ -23,7 +23,15 @@ from xai_ray.config import RunConfig, resolve_target
 from xai_ray.methods import REGISTRY
 from xai_ray.model.loading import describe_model
 from xai_ray.pipeline import pool
-from xai_ray.pipeline.writing import IDENTITY_KEYS, build_manifest, open_writer, resolved, write, write_parts
+from xai_ray.pipeline.writing import (
+    IDENTITY_KEYS,
+    build_manifest,
+    is_held,
+    open_writer,
+    resolved,
+    write,
+    write_parts,
+)
 from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.runtime import check_actor_fits, ensure_ray
 from xai_ray.scoring.segments import resolve_mode
@@ -167,13 +175,6 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
     return RunResult(run_id=run_id, run_dir=run_dir, manifest=manifest, report=out)
 
 
-def _held(rows) -> bool:
-    """Whether ``rows`` is a small corpus the driver read and screened (``data.held``)."""
-    from xai_ray.data.held import Held
-
-    return isinstance(rows, Held)
-
-
 def _run_through_mirror(cfg: RunConfig) -> RunResult:
     """A store URI is written through its local mirror, then uploaded. The manifest's
     ``config.store`` is the mirror folder; ``config.extra.store_uri`` the store it was published to."""
@@ -253,7 +254,7 @@ def score(rows, cfg: RunConfig):
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
     deferred = [m for m in cfg.methods if REGISTRY[m].host_stage] if defer else []  # methods run on the host
     config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
-    if _held(rows):
+    if is_held(rows):
         log.info("scoring %d documents on %d actor(s), %.0f GPU each", rows.counts["todo"], actors, gpus)
         todo = rows.todo(heads_sample_ranks(rows.counts["kept"], cfg))
         return pool.score_here(workers, config, todo, batch, DeferredMethods(config) if deferred else None)
