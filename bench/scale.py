@@ -197,7 +197,7 @@ def rss_child(data: str) -> None:
     from xai_ray.runtime import ensure_ray
 
     ensure_ray()
-    cfg = resolve(None, {"data": data, "split": "train", "model": "minilm"})
+    cfg = resolve(None, {"data": data, "split": "train", "model": "minilm"}, ["driver_rows=0"])  # streamed, at any size
     started = time.perf_counter()
     screened = pipeline.screen(pipeline.read(cfg), classes=[0, 1])
     actors = max(1, int(ray.cluster_resources().get("CPU", 1)))  # what `xai-ray run` would start here

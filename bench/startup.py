@@ -6,7 +6,8 @@ In one run, each in its own process, on the same N reviews (default 200, the REA
   run    the whole `xai-ray run --limit N` (imports, Ray start, screening, actors, scoring, publish,
          summary, report), wall time to exit
   old    the same command with the scoring stage as it was before the warm pool (Ray Data's own
-         actor pool, started after screening; kept below as code), wall time to exit
+         actor pool, started after screening; kept below as code) and the corpus streamed through
+         Ray Data whatever its size, wall time to exit
   fwd    the bare forward of the same reviews: fused SDPA, length-sorted batches, no capture; the
          forward alone (its process's imports and model load not counted)
 then each run's phases from its log (until reading, Ray and screening, scoring, publishing and
@@ -80,13 +81,14 @@ def old_score(rows, cfg):
 
 
 def old_cli(argv: list[str]) -> int:
-    """``xai-ray ARGS`` with the old scoring stage and no early actor start."""
+    """``xai-ray ARGS`` with the old scoring stage and no early actor start, the corpus streamed
+    through Ray Data (``driver_rows=0``) as it then always was."""
     from xai_ray import pipeline
     from xai_ray.cli.main import main
 
     pipeline.score = old_score
     pipeline.start_actors = lambda cfg, **_: None
-    return main(argv)
+    return main([*argv, "--set", "driver_rows=0"])
 
 
 def whole_run(variant: str, model: str, data: str, n: int, against: str | None = None) -> dict:

@@ -76,7 +76,7 @@ def build(store: Path, n_docs: int, words_per_doc: int, seed: int = 0, store_lay
             wide[slice_column("score", method, layer)] = pa.array(score)
             wide[slice_column("raw_score", method, layer)] = pa.array(raw)
             rows3[slice_column("score", method, layer)] = pa.array(raw)  # a word's one token: raw is its score
-            rows3[slice_column("raw_score", method, layer)] = pa.nulls(total, pa.float32())
+            rows3[slice_column("token_score", method, layer)] = pa.nulls(total, pa.float32())
             rows3[slice_column("divisor", method, layer)] = pa.array(divisor)
             if store_layout > 1:
                 continue

@@ -74,7 +74,7 @@ def test_a_scoring_actor_killed_mid_run_loses_and_doubles_nothing(ray_cluster, t
             "batch_size": 4,
             "run_id": "killed-actor",
         },
-        ["part_rows=384"],  # 4 documents a part: parts keep coming after the kill
+        ["part_rows=384", "driver_rows=0"],  # 4 documents a part: parts keep coming after the kill; streamed
     )
     corpus = read_corpus(cfg.data, cfg.split, limit=cfg.limit, seed=cfg.seed)
     screened = pipeline.screen(pipeline.read(cfg))

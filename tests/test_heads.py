@@ -266,7 +266,7 @@ def test_ray_run_merges_actor_sums_into_the_heads_view(tmp_path):
             "methods": "raw",
             "run_id": "h",
         },
-        ["heads_sample=3", "heads_sample_rows=6", "report=false"],
+        ["heads_sample=3", "heads_sample_rows=6", "report=false", "driver_rows=0"],  # streamed by Ray Data
     )
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:

@@ -71,7 +71,7 @@ def _cfg(store, **extra):
 
 
 def test_ray_pipeline_equals_direct_scorer(ray_cluster, tmp_path):
-    cfg = _cfg(tmp_path)
+    cfg = _cfg(tmp_path, driver_rows=0)
     corpus = read_corpus(cfg.data, cfg.split, limit=cfg.limit, seed=cfg.seed)
     screened = pipeline.screen(pipeline.read(cfg))  # streamed from the file by Ray workers
     through_ray = pipeline.score(screened, cfg).to_pandas().set_index("doc_id")

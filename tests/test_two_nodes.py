@@ -118,6 +118,7 @@ def test_workers_on_both_nodes_write_parts_and_every_document_is_published_once(
         *("--store", str(store), "--run-id", "two-nodes", "--actors", "2", "--batch-size", "2"),
         *("--max-length", "32", "--methods", "raw,rollout", "--no-report", "--set", "part_rows=64"),  # 2 reviews a part
         *("--set", "shared_store=true"),  # both nodes see this machine's disk
+        *("--set", "driver_rows=0"),  # streamed: workers write the parts (a small corpus's driver writes them all)
     ]
     env = {**two_nodes["env"], "RAY_ADDRESS": two_nodes["address"]}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)

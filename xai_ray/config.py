@@ -69,6 +69,7 @@ class RunConfig(CorpusSource):
     gpus_per_actor: float | None = None  # None: 1 when the cluster has GPUs, else 0
     cpus_per_actor: float = 1.0
     defer_flow: bool | None = None  # None: flow runs as its own CPU stage only when actors hold GPUs
+    driver_rows: int = 1000  # a run selecting at most this many rows reads and screens them in the driver (data.held)
     # outputs
     store: str = "store"
     run_id: str | None = None
@@ -185,6 +186,7 @@ RULES = {
     "actors": Rule(lo=0, hi=100_000),
     "gpus_per_actor": Rule(lo=0.0, hi=64.0),
     "cpus_per_actor": Rule(lo=0.0, lo_open=True, hi=1024.0),
+    "driver_rows": Rule(lo=0),
     "store": TEXT,
     "top_k": Rule(lo=1, hi=100_000),
     "part_rows": Rule(lo=1),

@@ -25,7 +25,15 @@ SECTIONS = {
     "methods: rollout, norm_rollout, globenc and flow": ("residual", "start_layer"),
     "methods: integrated_gradients": ("ig_steps",),
     "per-head statistics": ("heads", "heads_sample", "heads_sample_rows"),
-    "execution": ("batch_size", "max_tokens_per_batch", "actors", "gpus_per_actor", "cpus_per_actor", "defer_flow"),
+    "execution": (
+        "batch_size",
+        "max_tokens_per_batch",
+        "actors",
+        "gpus_per_actor",
+        "cpus_per_actor",
+        "defer_flow",
+        "driver_rows",
+    ),
     "outputs": ("store", "run_id", "report", "top_k", "part_rows", "store_layout", "shared_store", "extra"),
     "evaluation": (
         "evaluate",
@@ -76,6 +84,9 @@ MEANINGS = {
     "actors": "scoring actors; 0: one per GPU, else one per cpus_per_actor CPUs",
     "gpus_per_actor": "GPUs each actor holds (null: 1 when the cluster has GPUs, else 0)",
     "cpus_per_actor": "CPUs each actor holds (and torch threads it uses)",
+    "driver_rows": "a run that selects at most this many rows (--limit, or a Parquet or aclImdb source's size) "
+    "from local files of at most 256 MiB reads and screens them in the driver and hands them to the actors "
+    "itself, without Ray Data's start-up costs; 0: always stream the corpus through Ray Data",
     "defer_flow": "run flow in its own CPU stage (null: only when actors hold GPUs)",
     "store": "the store folder or object-store URI (s3://, gs://, file://) runs are published into",
     "run_id": "the run's id (null: a UTC timestamp plus a random suffix)",

@@ -13,6 +13,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,14 +37,21 @@ CHUNK = pa.schema(
 )
 
 
-def read_piece(source: SourcePlan, piece: Piece, chunk_rows: int = CHUNK_ROWS) -> Iterator[pa.Table]:
-    """One piece as standardised chunks (schema ``CHUNK``), in source order."""
+def read_piece(source: SourcePlan, piece: Piece, chunk_rows: int = CHUNK_ROWS, wanted=None) -> Iterator[pa.Table]:
+    """One piece as standardised chunks (schema ``CHUNK``), in source order.
+
+    ``wanted``: the piece's rows to keep (sorted numbers within the piece), or None for all; the
+    others are dropped before they are standardised (cleaning a text costs more than reading it)."""
     start = 0
     for frame in _frames(source, piece, chunk_rows):
-        chunk = standardise(frame, source, piece, start)
-        start += chunk.num_rows
+        rows = np.arange(start, start + len(frame), dtype=np.int64)
+        start += len(frame)
+        if wanted is not None:
+            keep = np.isin(rows, wanted)
+            frame, rows = frame.iloc[np.nonzero(keep)[0]].reset_index(drop=True), rows[keep]
+        chunk = standardise(frame, source, piece, 0)
         if chunk.num_rows:
-            yield chunk
+            yield chunk.set_column(chunk.schema.get_field_index("piece_row"), "piece_row", pa.array(rows))
 
 
 def count_piece(source: SourcePlan, piece: Piece) -> tuple[int, bool]:
@@ -133,7 +141,7 @@ def _parquet_frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterat
     except CorpusError:
         raise
     except Exception as err:  # pyarrow raises several types for broken files
-        raise CorpusError(f"Parquet file {piece.path!r} cannot be read: {err}") from None
+        raise CorpusError(f"Parquet file {piece.path!r} cannot be read: {first_line(err)}") from None
 
 
 def _csv_frames(piece: Piece, chunk_rows: int) -> Iterator[pd.DataFrame]:
@@ -180,7 +188,7 @@ def _tar_frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterator[p
                         yield _row_frame(rows)
                         rows = []
     except (tarfile.TarError, OSError, EOFError) as err:
-        raise CorpusError(f"archive {piece.path!r} cannot be read: {err}") from None
+        raise CorpusError(f"archive {piece.path!r} cannot be read: {first_line(err)}") from None
     if rows:
         yield _row_frame(rows)
 

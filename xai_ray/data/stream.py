@@ -48,10 +48,12 @@ class Corpus:
     offsets: list[int] | None = None  # each piece's first row in the source
     n_source: int | None = None  # rows in the source
     chosen: object = None  # ObjectRef of the sorted sampled rows (``limit``), or None
+    driver: bool = False  # read and screened by the driver itself (``data.held``: a small corpus)
 
     def counted(self) -> Corpus:
         """Count what the numbering needs: piece sizes unknown from names and footers are counted by
-        Ray tasks (the texts read there and dropped); the JSONL id question is settled the same way."""
+        Ray tasks (the texts read there and dropped), or here for a ``driver`` corpus; the JSONL id
+        question is settled the same way. The ``limit`` sample is drawn here in both cases."""
         if self.offsets is not None:
             return self
         from xai_ray.runtime import ensure_ray
@@ -60,8 +62,11 @@ class Corpus:
         needs_count = any(p.rows is None for p in pieces) and (self.limit is not None or len(pieces) > 1)
         sizes = [p.rows for p in pieces]
         if needs_count or found.has_ids is None:
-            ensure_ray()
-            counts = _run(_count_pieces(found))
+            if self.driver:
+                counts = {p.index: count_piece(found, p) for p in pieces}
+            else:
+                ensure_ray()
+                counts = _run(_count_pieces(found))
             sizes = [counts[p.index][0] for p in pieces]
             if found.has_ids is None:
                 found = found.with_ids(any(has for _, has in counts.values()))
@@ -69,8 +74,10 @@ class Corpus:
         n_source = sum(sizes) if all(s is not None for s in sizes) else None
         chosen = None
         if self.limit is not None and n_source is not None and self.limit < n_source:
-            ensure_ray()
-            chosen = ray.put(sample_rows(n_source, self.limit, self.seed))
+            chosen = sample_rows(n_source, self.limit, self.seed)
+            if not self.driver:
+                ensure_ray()
+                chosen = ray.put(chosen)
         return replace(self, plan=found, offsets=[int(o) for o in offsets], n_source=n_source, chosen=chosen)
 
     def rows(self, blocks: int = 0, beside_actors: bool = False):
@@ -300,6 +307,11 @@ def _verdicts(task: int, n_tasks: int, *blocks: pa.Table) -> pa.Table:
 
 @ray.remote(num_cpus=1)
 def _count_verdicts(*tables: pa.Table) -> dict:
+    return verdict_counts(*tables)
+
+
+def verdict_counts(*tables: pa.Table) -> dict:
+    """Rows of each verdict (``screening.VERDICTS`` tables): rejected, duplicates, done, unchanged."""
     counts = {"rejected": 0, "duplicates": 0, "done": 0, "unchanged": 0}
     names = {screening.REJECTED: "rejected", screening.DUPLICATE: "duplicates", screening.DONE: "done"}
     names[screening.UNCHANGED] = "unchanged"

@@ -23,7 +23,15 @@ from xai_ray.config import RunConfig, resolve_target
 from xai_ray.methods import REGISTRY
 from xai_ray.model.loading import describe_model
 from xai_ray.pipeline import pool
-from xai_ray.pipeline.writing import IDENTITY_KEYS, build_manifest, open_writer, resolved, write, write_parts
+from xai_ray.pipeline.writing import (
+    IDENTITY_KEYS,
+    build_manifest,
+    is_held,
+    open_writer,
+    resolved,
+    write,
+    write_parts,
+)
 from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.runtime import check_actor_fits, ensure_ray
 from xai_ray.scoring.segments import resolve_mode
@@ -197,22 +205,27 @@ def new_run_id() -> str:
 
 def read(cfg: RunConfig):
     """Stage 1: the corpus, planned (``data.stream.Corpus``): its pieces found from names, headers and
-    footers; a source it cannot read is refused here, before Ray starts. Nothing is read yet."""
+    footers; a source it cannot read is refused here, before Ray starts. Nothing is read yet. A run
+    selecting at most ``driver_rows`` rows (``data.held.reads_here``) is read by the driver itself."""
+    from xai_ray.data.held import reads_here
     from xai_ray.data.sources import plan
     from xai_ray.data.stream import Corpus
 
     found = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
-    log.info("reading %s: %d piece(s)", cfg.data, len(found.pieces))
-    return Corpus(found, limit=cfg.limit, seed=cfg.seed)
+    here = reads_here(found, cfg.limit, cfg.driver_rows)
+    log.info("reading %s: %d piece(s)%s", cfg.data, len(found.pieces), " in the driver" if here else "")
+    return Corpus(found, limit=cfg.limit, seed=cfg.seed, driver=here)
 
 
 def screen(corpus, classes=None, done=None, known=None):
     """Stage 2: screen the corpus on Ray workers (``data.stream.screen``): bad rows, repeated ids,
     labels outside the model's classes; ``done``/``known`` leave out what a resumed or nightly run
-    need not score. Returns a ``Screened`` (counts here, the verdicts in Ray's object store)."""
-    from xai_ray.data.stream import screen as screen_stream
+    need not score. Returns a ``Screened`` (counts here, the verdicts in Ray's object store), or for
+    a corpus the driver reads (``Corpus.driver``) a ``data.held.Held`` screened here by the same rules."""
+    from xai_ray.data import held, stream
 
-    screened = screen_stream(corpus, classes, done=done, known=known)
+    screen_rows = held.screen if corpus.driver else stream.screen
+    screened = screen_rows(corpus, classes, done=done, known=known)
     log.info("screened %d rows: %s", screened.n_input, screened.counts)
     return screened
 
@@ -221,7 +234,9 @@ def score(rows, cfg: RunConfig):
     """Stage 3: score on a pool of Ray actors; returns the Ray Dataset of scorer rows (lazy).
 
     ``rows``: a ``Screened`` corpus (streamed from the source), a Ray Dataset of ``doc_id, text,
-    label`` rows, or a DataFrame of them (a notebook, ``xai-ray evaluate``)."""
+    label`` rows, or a DataFrame of them (a notebook, ``xai-ray evaluate``); or a ``Held`` corpus,
+    whose batches the driver hands to the actors itself (``pool.score_here``): then an iterator of
+    Arrow tables of scorer rows."""
     import ray
     from ray.data import ActorPoolStrategy
 
@@ -234,12 +249,16 @@ def score(rows, cfg: RunConfig):
     workers = start_actors(cfg)  # the warm pool when it holds this model (pipeline.pool)
     actors = len(workers.actors)
     batch = even_batch(cfg.batch_size, _count(rows), actors)
-    dataset, n_docs = _scorer_input(rows, replace(cfg, batch_size=batch), actors)
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
     defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
     deferred = [m for m in cfg.methods if REGISTRY[m].host_stage] if defer else []  # methods run on the host
     config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
+    if is_held(rows):
+        log.info("scoring %d documents on %d actor(s), %.0f GPU each", rows.counts["todo"], actors, gpus)
+        todo = rows.todo(heads_sample_ranks(rows.counts["kept"], cfg))
+        return pool.score_here(workers, config, todo, batch, DeferredMethods(config) if deferred else None)
+    dataset, n_docs = _scorer_input(rows, replace(cfg, batch_size=batch), actors)
     # One task per batch, as many at once as the pool has actors, each handing its batch to a free
     # actor (pipeline.pool): one batch in flight per actor, given to whichever is free, not queued
     # behind a busy one (Ray Data's default of 2 a actor left one of two CPU actors idle for the
@@ -247,7 +266,7 @@ def score(rows, cfg: RunConfig):
     # restarted and its batch run again (pool.start); application errors are recorded by the scorer.
     scored = dataset.map_batches(
         pool.score_on_pool,
-        fn_kwargs={"leases": workers.leases, "config": config},
+        fn_kwargs={"leases": workers.queue(), "config": config},
         batch_size=batch,
         batch_format="numpy",
         compute=ray.data.TaskPoolStrategy(size=actors),

@@ -8,13 +8,14 @@ with every batch, and a ``Scorer`` is built on the loaded model when they change
 - a notebook's second ``xai_ray.run`` with the same model finds the actors warm and starts scoring
   at once; ``xai_ray.shutdown()``, another model, or the interpreter's exit release them.
 
-Ray Data still cuts the corpus into batches and writes the parts: its scoring stage is a task per
-batch that hands the batch to a free actor of the pool (one batch in flight per actor, given to
-whichever is free, never queued behind a busy one) and returns its rows. On one node the actors hold
-no CPU in Ray's books, so the reading, screening and writing tasks run beside an idle warm pool
-rather than wait for it; torch still uses ``cpus_per_actor`` threads in each. On a cluster they hold
-their CPUs (Ray spreads them over the nodes), so they start after screening (whose tasks would
-wait for those CPUs) and are released after each run.
+For a corpus streamed through Ray Data, the scoring stage is a task per batch that hands the batch
+to a free actor of the pool (one batch in flight per actor, given to whichever is free, never
+queued behind a busy one) and returns its rows; a small corpus the driver holds (``data.held``) is
+handed out by the driver itself the same way (``score_here``), without Ray Data. On one node the
+actors hold no CPU in Ray's books, so the reading, screening and writing tasks run beside an idle
+warm pool rather than wait for it; torch still uses ``cpus_per_actor`` threads in each. On a
+cluster they hold their CPUs (Ray spreads them over the nodes), so they start after screening
+(whose tasks would wait for those CPUs) and are released after each run.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 log = logging.getLogger("xai_ray")
@@ -57,8 +59,20 @@ class ScorerHost:
 class Pool:
     key: tuple  # what the actors were started for: model identity, size, resources, Ray session
     actors: list  # ActorHandles
-    leases: object  # a ray.util.queue.Queue holding the actors not scoring a batch now
     kept: bool  # whether it outlives the run (one node) or is released after it (a cluster)
+    leases: object = None  # a ray.util.queue.Queue holding the actors not scoring a batch now (``queue``)
+
+    def queue(self):
+        """The queue Ray Data's scoring tasks take a free actor from, made on first use: a small
+        corpus the driver hands out itself needs none, and the queue is an actor of its own whose
+        start the driver would wait for (about 1 s on 2 cores, beside the model loads)."""
+        if self.leases is None:
+            from ray.util.queue import Queue
+
+            self.leases = Queue(actor_options={"num_cpus": 0})
+            for handle in self.actors:
+                self.leases.put(handle)
+        return self.leases
 
     def pids(self) -> list[int]:
         """The actors' process ids (waits for them to be up)."""
@@ -82,7 +96,6 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
     released). Returns at once: the actors load the model in the background. ``early`` (before
     screening): None on a cluster, whose actors would hold the CPUs the screening tasks wait for."""
     import ray
-    from ray.util.queue import Queue
 
     nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
     session = _session()
@@ -104,10 +117,7 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
         scheduling_strategy="SPREAD",
     )
     handles = [host.remote(identity(cfg), gpus, cfg.cpus_per_actor) for _ in range(actors)]
-    leases = Queue(actor_options={"num_cpus": 0})
-    for handle in handles:
-        leases.put(handle)
-    _pool["current"] = pool = Pool(key=key, actors=handles, leases=leases, kept=kept)
+    _pool["current"] = pool = Pool(key=key, actors=handles, kept=kept)
     log.info("starting %d scoring actor(s) for %s", actors, cfg.model)
     return pool
 
@@ -130,6 +140,34 @@ def score_on_pool(batch: dict, leases, config):
         return ray.get(actor.score.remote(config, batch))
     finally:
         leases.put(actor)
+
+
+def score_here(workers: Pool, config, table, batch_size: int, then=None) -> Iterator:
+    """The rows of ``table`` (``doc_id, text, label, heads_sample``) scored by the pool's actors, handed
+    out by the driver a batch at a time (a small corpus: ``data.held``). Each actor holds one batch;
+    the next goes to whichever finishes first, before the driver takes in (and writes) what it
+    returned, so the actors never wait on the writing. ``then``: a step applied to each scored batch
+    here (the methods deferred to the host). Yields the scorer rows as they come back."""
+    import numpy as np
+    import ray
+
+    starts = iter(range(0, table.num_rows, batch_size))
+    running = {}
+
+    def hand(actor) -> None:
+        start = next(starts, None)
+        if start is not None:
+            rows = table.slice(start, batch_size)
+            batch = {name: np.asarray(rows.column(name).to_pylist(), dtype=object) for name in rows.column_names}
+            running[actor.score.remote(config, batch)] = actor
+
+    for actor in workers.actors:
+        hand(actor)
+    while running:
+        [ready], _ = ray.wait(list(running), num_returns=1)
+        hand(running.pop(ready))
+        scored = ray.get(ready)
+        yield then(scored) if then is not None else scored
 
 
 def current() -> Pool | None:

@@ -189,13 +189,15 @@ def write(
 
     ``rows``: a Ray Dataset of scorer rows (written by workers), records of parts workers wrote
     (``write_parts``), Arrow tables of scorer rows (written here), or None. ``screened`` (the
-    screening's outcome) or ``rejected`` (a DataFrame ``doc_id, reason``) give the ``errors`` rows of
-    the rows not scored; every document to score (``screened``'s count, or the ids in ``todo``)
+    screening's outcome: a ``Screened``, or a ``data.held.Held`` the driver holds) or ``rejected``
+    (a DataFrame ``doc_id, reason``) give the ``errors`` rows of the rows not scored; every document to score (``screened``'s count, or the ids in ``todo``)
     that no part holds is recorded as an error too, so the run accounts for each input document.
     On failure the committed parts stay in staging for ``xai-ray run --resume``.
     """
     started = started or time.perf_counter()
     writer = writer or open_writer(cfg, run_id)
+    if is_held(screened):  # a small corpus the driver read and screened: its rows are here
+        rejected, todo, screened = screened.rejected(), screened.todo().column("doc_id").to_pylist(), None
     n_todo = screened.counts["todo"] if screened is not None else (len(todo) if todo is not None else n_input)
     # A line every LINE_EVERY_S from here, before the first part too: actors starting and a first
     # batch of long reviews can take minutes, and a silent log reads as a hung job.
@@ -251,6 +253,13 @@ def write(
         raise
     log.info("published run %s into %s (%s)", run_id, run_dir, writer.counts)
     return run_dir, {**manifest, "counts": writer.counts}
+
+
+def is_held(screened) -> bool:
+    """Whether ``screened`` is a small corpus the driver read and screened (``data.held``)."""
+    from xai_ray.data.held import Held
+
+    return isinstance(screened, Held)
 
 
 def _items(rows, cfg: RunConfig, run_id: str, layout: int) -> Iterator:
