@@ -44,6 +44,7 @@ CHANGED = {
     "gpus_per_actor": 0.5,
     "cpus_per_actor": 2.0,
     "defer_flow": True,
+    "driver_rows": 10,
     "store": "elsewhere",
     "run_id": "night-1",
     "report": False,
