@@ -93,9 +93,9 @@ MEANINGS = {
     "report": "write report.html into the run folder",
     "top_k": "words per top-k list in the run's log summary and aggregates",
     "part_rows": "rows of the largest table slice per committed part (the granularity of --resume)",
-    "store_layout": "how a run's scores are kept: 3 (a third of layout 1's bytes; a word on its first token's row) "
-    "or 2 (words in rows of their own: about half the bytes, token scans about a quarter faster); "
-    "both read the same, and a resumed run keeps its own",
+    "store_layout": "how a new run keeps its scores: 3 (about a third of layout 1's bytes; a word on its first "
+    "token's row) or 2 (words in rows of their own: about twice layout 3's bytes, token scans about a third "
+    "faster); both read the same, and a resumed run keeps its own",
     "shared_store": "the store folder is mounted on every node (a shared file system), so Ray workers on any "
     "node write the run's parts; false: workers on the driver's node write them (a URI store: always)",
     "extra": "free-form mapping kept in the manifest (nightly and URI stores record theirs here)",
