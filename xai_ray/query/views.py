@@ -48,6 +48,11 @@ SOURCES = {
         Source("word_rows", TOKEN_TABLE, (3,), "view_words_v3"),  # layout 3: words on their tokens' rows
     ),
 }
+# A slice's parts, read by name: union_by_name only for files no part record describes (view_sql)
+SCAN = (
+    "read_parquet(getvariable('@files@'), hive_partitioning = true, union_by_name = @by_name@, "
+    "hive_types = {'run_id': VARCHAR})"
+)
 # layout 3's share of a word: its raw score (the score on its row) / its document's divisor
 DERIVED_SHARE = '"score:@slice@" / "divisor:@slice@"'
 
@@ -109,7 +114,7 @@ def view_sql(view: str, runs: dict[Path, dict], files: dict[str, list[str]], sql
                 bound[variable] = group
                 share = f'coalesce("share:@slice@", {DERIVED_SHARE})' if shared else DERIVED_SHARE
                 method, layer = name.split(":")
-                branch = template.replace("@share@", share).replace("@files@", variable)
+                branch = template.replace("@scan@", SCAN).replace("@share@", share).replace("@files@", variable)
                 branch = branch.replace("@by_name@", "false" if described else "true")
                 branch = branch.replace("@slice@", name).replace("@method@", method).replace("@layer@", layer)
                 branches.append(f"({branch})")

@@ -11,10 +11,5 @@ select
     cast(@layer@ as integer) as layer,
     cast('@method@' as varchar) as method,
     run_id
-from read_parquet(
-    getvariable('@files@'),
-    hive_partitioning = true,
-    union_by_name = @by_name@,  -- true only for files no part record describes (see query.views)
-    hive_types = {'run_id': VARCHAR}
-)
+from @scan@  -- this slice's parts (query.views.SCAN)
 where "score:@slice@" is not null
