@@ -6,8 +6,8 @@ The same synthetic scorer rows (MiniLM's shape by default: 6 layers, raw + rollo
 ~400 words a review from a Zipf vocabulary; token scores drawn from a gamma and normalised per
 review and layer, as attention shares are, and words summed from them as the scorer sums them) are written by ``RunWriter`` in layout 1 (a table per method x
 layer), layout 2 (a row per token and word, a float column per method x layer) and layout 3 (a
-row per token, each word on its first token, a word's raw score and share stored only where they
-are not implied), each in a store of its own, on one core (no Ray: the work one writer does):
+row per token, each word on its first token's row holding the word's raw score, a token's own
+score kept apart only where it differs, the share derived from a divisor), each in a store of its own, on one core (no Ray: the work one writer does):
   - encode: building the tables and encoding them as Parquet in memory (the write path's floor);
   - write: the same, with files, fsync and the part records (``RunWriter``);
   - size: tokens + words + docs on disk, plus the aggregate stage's kept word totals, per review

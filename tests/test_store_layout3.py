@@ -1,9 +1,9 @@
 """Store layout 3's derivations: a word's raw score from its token, its share from a divisor.
 
-Layout 3 stores a word's raw score only where it is not its first token's score, and its share as
-raw / a per-document float32 divisor that the writer checks bit for bit (``scores_v3``). Here the
-scorer rows are written by hand, with the cases the writer must get right: a word of two tokens
-(raw stored), a word without a token (a row of its own), a document whose shares no divisor
+Layout 3 stores a word's raw score on its first token's row (the token's own score kept apart only
+where it differs), and its share as raw / a per-document float32 divisor that the writer checks bit
+for bit (``scores_v3``). Here the scorer rows are written by hand, with the cases the writer must
+get right: a word of two tokens (its first token's score kept apart), a word without a token (a row of its own), a document whose shares no divisor
 reproduces (an unsigned method whose total is negative: every share 0, where raw / inf would give
 -0 for a negative raw), so the part keeps that slice's shares. The expected rows are computed here
 in float32 numpy as the scorer computes them (``words.merge_batch``), and layout 1, which stores
