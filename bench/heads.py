@@ -6,7 +6,10 @@ Scores the same N reviews with the scoring stage (xai_ray.scoring.actor.Scorer, 
 heads off, heads on (statistics only), and heads on with every review in the head-similarity
 sample (the worst case of the Jensen-Shannon pass), alternating the variants ``--repeats``
 times in one process so a busy machine slows them alike; prints the best docs/s of each and
-the overhead relative to heads off.
+the overhead relative to heads off. Then the Jensen-Shannon pass alone on one review's kept rows
+(every head of every layer x ``heads_sample_rows`` rows x the review's length): the previous
+pairwise form (kept below as code) against ``jsd_sums``, alternated, best of ``--repeats``, and
+their largest difference.
 """
 
 from __future__ import annotations
@@ -15,6 +18,50 @@ import argparse
 import time
 
 import numpy as np
+import torch
+
+TINY = 1e-30
+
+
+def jsd_sums_pairwise(heads: torch.Tensor) -> torch.Tensor:
+    """The previous ``jsd_sums``: each pair's mixture formed, floored and its entropy taken directly."""
+    heads = heads.float()
+    count = heads.shape[0]
+    entropy = -(heads * heads.clamp_min(TINY).log()).sum(dim=-1)  # (P, R)
+    out = torch.zeros(count, count, dtype=torch.float64)
+    for i in range(count - 1):
+        mixed = (heads[i : i + 1] + heads[i + 1 :]) / 2  # (P-i-1, R, m)
+        mixed_entropy = -(mixed * mixed.clamp_min(TINY).log()).sum(dim=-1)  # (P-i-1, R)
+        row = (mixed_entropy - (entropy[i : i + 1] + entropy[i + 1 :]) / 2).clamp_min(0).sum(dim=1).double()
+        out[i, i + 1 :] = row
+        out[i + 1 :, i] = row
+    return out
+
+
+def time_jsd(model_name: str, text: str, max_length: int, rows: int, repeats: int) -> None:
+    """Both forms of the Jensen-Shannon pass on one review's kept rows, alternated."""
+    from xai_ray.methods.heads import jsd_sums
+    from xai_ray.model.loading import load_model
+
+    loaded = load_model(model_name, attn_implementation="eager")
+    encoded = loaded.tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+    with torch.inference_mode():
+        attention = loaded.model(**encoded, output_attentions=True).attentions
+    heads = torch.cat([layer[0, :, :rows].float() for layer in attention])  # (L*H, R, n)
+    best = {"pairwise (before)": float("inf"), "jsd_sums (now)": float("inf")}
+    results = {}
+    for _ in range(repeats):
+        for name, form in (("pairwise (before)", jsd_sums_pairwise), ("jsd_sums (now)", jsd_sums)):
+            started = time.perf_counter()
+            got = form(heads)
+            best[name] = min(best[name], time.perf_counter() - started)
+            results[name] = got
+    gap = (results["pairwise (before)"] - results["jsd_sums (now)"]).abs().max().item()
+    shape = "x".join(str(x) for x in heads.shape)
+    print(f"jsd of one review's kept rows ({shape}): " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in best.items()))
+    print(
+        f"jsd: before/now {best['pairwise (before)'] / best['jsd_sums (now)']:.2f}x; largest difference {gap:.1e} nats"
+    )
 
 
 def main() -> None:
@@ -61,6 +108,9 @@ def main() -> None:
             f"{name:24s} {len(corpus) / best:8.1f} docs/s  best {best:7.2f} s  "
             f"({(best / off - 1) * 100:+.1f}% vs heads off; runs {', '.join(f'{t:.2f}' for t in times)})"
         )
+    torch.set_num_threads(1)  # one thread, as a CPU actor runs
+    longest = max(corpus.text.values, key=len)
+    time_jsd(args.model, longest, args.max_length, variants["heads on"][0].config.run.heads_sample_rows, args.repeats)
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ def block_statistics(
     out = torch.zeros(heads, N_STATS, dtype=torch.float32, device=probs.device)
     if scores is not None:
         log_z = scores.amax(dim=-1) - probs.amax(dim=-1).log()  # (H, r); the max of both sits at one key
-        entropy = log_z - torch.linalg.vecdot(probs, scores, dim=-1)  # (H, r), no (H, r, m) temporary
+        entropy = log_z - torch.einsum("hrm,hrm->hr", probs, scores)  # (H, r), no (H, r, m) temporary
     else:
         entropy = -(probs * probs.clamp_min(TINY).log()).sum(dim=-1)  # (H, r); 0 log 0 = 0
     out[:, 0] = entropy.sum(dim=1)
@@ -192,7 +192,7 @@ def batched_block_statistics(
     # log Z = the largest score - log of the largest probability (both at one key), as on the
     # per-document path; p . s over raw scores, as a padding column's -inf times its 0 would be nan
     log_z = scores.amax(dim=-1) - probs.amax(dim=-1).log()  # (B, H, r)
-    entropy = log_z - torch.linalg.vecdot(probs, raw, dim=-1)  # (B, H, r)
+    entropy = log_z - torch.einsum("bhrm,bhrm->bhr", probs, raw)  # (B, H, r)
     weights = real_rows[:, None, :]  # (B, 1, r)
     out[..., 0] = (entropy * weights).sum(dim=-1)
     if start == 0:
@@ -211,14 +211,23 @@ def jsd_sums(heads: torch.Tensor) -> torch.Tensor:
     the Jensen-Shannon divergence (nats) between each pair, summed over rows; zero diagonal.
 
     JS(p, q) = H((p + q) / 2) - (H(p) + H(q)) / 2, one head against all later ones at a time.
+    With s = p + q, H(s / 2) = (ln 2 * sum(s) - sum(s ln s)) / 2: an add, a log and a dot per pair
+    and key into reused buffers (half the passes of forming the mixture and its entropy directly).
+    Probabilities are floored at TINY / 2 once, so s never holds a 0 to take the log of; a floored
+    entry moves a row's entropy by under 1e-28.
     """
-    heads = heads.float()
-    count = heads.shape[0]
-    entropy = -(heads * heads.clamp_min(TINY).log()).sum(dim=-1)  # (P, R); 0 log 0 = 0
+    heads = heads.float().clamp_min(TINY / 2)  # (P, R, m)
+    count, rows, keys = heads.shape
+    entropy = -torch.einsum("prm,prm->pr", heads, heads.log())  # (P, R)
+    mass = heads.sum(dim=-1)  # (P, R): 1 for a full row of probabilities
     out = torch.zeros(count, count, dtype=torch.float64, device=heads.device)  # filled there: one copy out
+    summed = torch.empty(max(count - 1, 0), rows, keys, dtype=heads.dtype, device=heads.device)  # (P-1, R, m)
+    logs = torch.empty_like(summed)
     for i in range(count - 1):
-        mixed = (heads[i : i + 1] + heads[i + 1 :]) / 2  # (P-i-1, R, m)
-        mixed_entropy = -(mixed * mixed.clamp_min(TINY).log()).sum(dim=-1)  # (P-i-1, R)
+        later = count - 1 - i
+        s = torch.add(heads[i : i + 1], heads[i + 1 :], out=summed[:later])  # (P-i-1, R, m)
+        s_log_s = torch.einsum("prm,prm->pr", s, torch.log(s, out=logs[:later]))  # (P-i-1, R)
+        mixed_entropy = (math.log(2) * (mass[i : i + 1] + mass[i + 1 :]) - s_log_s) / 2  # (P-i-1, R)
         divergence = (mixed_entropy - (entropy[i : i + 1] + entropy[i + 1 :]) / 2).clamp_min(0)  # (P-i-1, R)
         row = divergence.sum(dim=1).double()  # (P-i-1,)
         out[i, i + 1 :] = row
