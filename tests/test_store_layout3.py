@@ -156,6 +156,23 @@ def test_a_divisor_is_found_however_the_total_was_rounded():
     assert divisors(np.ones(3, dtype=F32), nan, np.zeros(3, dtype=int), 1)[1].tolist() == [True]
 
 
+def test_divisors_of_documents_without_words_or_with_a_first_word_that_implies_no_total():
+    # document 0: three words; 1: none; 2: its first word scores 0 (share 0: no total from it); 3: all 0
+    raw = np.array([1.0, 2.0, 4.0, 0.0, 3.0, 5.0, 0.0, 0.0], dtype=F32)
+    word_doc = np.array([0, 0, 0, 2, 2, 2, 3, 3])
+    totals = {0: F32(7.0), 2: F32(8.0), 3: F32(0.0)}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = np.array([raw[i] / totals[d] if totals[d] > 0 else 0.0 for i, d in enumerate(word_doc)], dtype=F32)
+    found, exact = divisors(raw, shares, word_doc, 4)
+    assert exact.tolist() == [True, True, True, True]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        again = raw / found[word_doc]
+    assert (again.view(np.int32) == shares.view(np.int32)).all()  # bit for bit, 0 / inf = 0 included
+    assert found[3] == np.inf  # every share 0: the total was 0
+    with pytest.raises(ValueError, match="documents in order"):
+        divisors(raw, shares, word_doc[::-1].copy(), 4)
+
+
 def test_each_kind_of_row_sits_in_row_groups_of_its_own_with_the_statistics_a_filter_needs(store):
     (part,) = (layout.run_dir(store, "three") / "token_scores").glob("*.parquet")
     meta = pq.ParquetFile(part).metadata

@@ -33,8 +33,8 @@ def gradient_weighted_heads(attention, gradient):
 
 
 def identity_step(rows, weighted):
-    """rows @ (I + Abar), without building I + Abar."""
-    return rows + rows @ weighted
+    """rows @ (I + Abar) for (B, K, N) rows, without building I + Abar: one fused ``baddbmm``."""
+    return rows.baddbmm(rows, weighted)  # (B, K, N): rows + rows @ Abar
 
 
 def gradient_rollout(weighted, per_layer: bool = False) -> np.ndarray:

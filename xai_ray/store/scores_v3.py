@@ -214,20 +214,28 @@ def _row_kinds(table: pa.Table) -> np.ndarray | None:
 
 def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):
     """(divisor (D,) float32, exact (D,) bool): per document, a float32 d with raw / d == share
-    bit for bit on each of its words, where one was found. Tried in turn, each on the documents
-    still open: the total a word's share implies (its raw score / its share) and ``STEPS`` ulps
-    either side, then inf (a total <= 0 makes every share 0) and NaN (a NaN total). A candidate is
-    first tried on a document's first ``PROBE`` words and checked on all of them only where those
-    fit, so a method whose shares no divisor gives (normalised in float64: flow) costs a few
-    words a try, not every word."""
+    bit for bit on each of its words, where one was found. ``word_doc`` (words,) is each word's
+    document, the words of a document together and the documents in order (as a batch lays them
+    out). Tried in turn, each on the documents still open: the total a word's share implies (its
+    raw score / its share) and ``STEPS`` ulps either side, then inf (a total <= 0 makes every
+    share 0) and NaN (a NaN total). A candidate is first tried on a document's first ``PROBE``
+    words and checked on all of them only where those fit, so a method whose shares no divisor
+    gives (normalised in float64: flow) costs a few words a try, not every word. Every step works
+    on whole arrays: no per-document loop, no index array per word."""
+    if len(word_doc) > 1 and (np.diff(word_doc) < 0).any():
+        raise ValueError("divisors needs each document's words together and the documents in order")
+    counts = np.bincount(word_doc, minlength=n_docs)  # (D,) words of each document
+    starts = np.cumsum(counts) - counts  # (D,) each document's first word
     divisor = np.full(n_docs, np.nan, dtype=np.float32)
-    exact = np.bincount(word_doc, minlength=n_docs) == 0  # a document without words needs none
-    probe = _first_words(word_doc, PROBE)  # (words,) bool
+    exact = counts == 0  # a document without words needs none
+    probe_ok = np.arange(PROBE)[None, :] < counts[:, None]  # (D, PROBE) the words a document has
+    probe = np.where(probe_ok, starts[:, None] + np.arange(PROBE)[None, :], 0)  # (D, PROBE) their indices
     with np.errstate(all="ignore"):
-        for candidate in _candidates(raw, shares, word_doc, n_docs):
+        for candidate in _candidates(raw, shares, word_doc, counts, starts):
             open_doc = ~exact & (candidate != 0)  # a zero divisor is never kept: DuckDB reads x / 0 as null
-            maybe = open_doc & _fits(raw, shares, word_doc, candidate, probe & open_doc[word_doc], n_docs)
-            fits = maybe & _fits(raw, shares, word_doc, candidate, maybe[word_doc], n_docs)
+            probed_wrong = ~_same(raw[probe] / candidate[:, None], shares[probe]) & probe_ok  # (D, PROBE)
+            maybe = open_doc & ~probed_wrong.any(axis=1)
+            fits = maybe & _fits(raw, shares, counts, candidate, maybe)
             divisor[fits] = candidate[fits]
             exact |= fits
             if exact.all():
@@ -235,30 +243,37 @@ def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: 
     return divisor, exact
 
 
-def _fits(raw, shares, word_doc, candidate, chosen: np.ndarray, n_docs: int) -> np.ndarray:
-    """(D,) bool: no ``chosen`` word of the document has raw / candidate != its share."""
-    words = np.flatnonzero(chosen)
-    docs = word_doc[words]
-    wrong = ~_same(raw[words] / candidate[docs], shares[words])
-    return np.bincount(docs[wrong], minlength=n_docs) == 0
+def _fits(raw, shares, counts: np.ndarray, candidate, docs: np.ndarray) -> np.ndarray:
+    """(D,) bool: every word of each of ``docs`` has raw / candidate == its share (others: True)."""
+    if docs.all():
+        raw_of, shares_of, counts_of = raw, shares, counts
+    else:  # the words of the documents asked about, still grouped by document
+        chosen = np.repeat(docs, counts)  # (words,)
+        raw_of, shares_of, counts_of = raw[chosen], shares[chosen], np.where(docs, counts, 0)
+    wrong = (~_same(raw_of / np.repeat(candidate, counts_of), shares_of)).view(np.int8)  # (chosen words,)
+    bad = np.zeros(len(counts), dtype=np.int64)
+    asked = counts_of > 0
+    if wrong.size:
+        bad[asked] = np.add.reduceat(wrong, (np.cumsum(counts_of) - counts_of)[asked], dtype=np.int64)
+    return bad == 0
 
 
-def _first_words(word_doc: np.ndarray, count: int) -> np.ndarray:
-    """(words,) bool: the first ``count`` words of each document (words are grouped by document;
-    where they are not, every word)."""
-    if len(word_doc) < 2 or (np.diff(word_doc) < 0).any():
-        return np.ones(len(word_doc), dtype=bool)
-    starts = np.flatnonzero(np.r_[True, word_doc[1:] != word_doc[:-1]])
-    rank = np.arange(len(word_doc)) - np.repeat(starts, np.diff(np.r_[starts, len(word_doc)]))
-    return rank < count
-
-
-def _candidates(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: int):
-    usable = (shares != 0) & np.isfinite(shares) & np.isfinite(raw)  # (words,)
-    implied = np.full(n_docs, np.nan, dtype=np.float32)
+def _candidates(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, counts: np.ndarray, starts: np.ndarray):
     # any word of a document will do: a float32 share is within half an ulp of raw / total, so raw /
-    # share is within an ulp of the total (of the scorer's float32 total, whatever order it summed in)
-    implied[word_doc[usable]] = raw[usable] / shares[usable]
+    # share is within an ulp of the total (of the scorer's float32 total, whatever order it summed in).
+    # The first word, where it gives a total; any usable word of the document where it does not.
+    first = np.minimum(starts, max(len(raw) - 1, 0))  # (D,)
+    n_docs = len(counts)
+    if len(raw):
+        implied = (raw[first] / shares[first]).astype(np.float32)
+        usable = (counts > 0) & (shares[first] != 0) & np.isfinite(shares[first]) & np.isfinite(raw[first])
+    else:
+        implied, usable = np.full(n_docs, np.nan, np.float32), np.zeros(n_docs, dtype=bool)
+    if not usable.all():
+        each = (shares != 0) & np.isfinite(shares) & np.isfinite(raw)  # (words,)
+        later = np.full(n_docs, np.nan, dtype=np.float32)
+        later[word_doc[each]] = raw[each] / shares[each]
+        implied = np.where(usable, implied, later)
     yield implied
     up, down = implied, implied
     for _ in range(STEPS):  # 1, -1, 2, -2 ... ulps away
