@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from xai_ray.methods.base import Method, as_layers, mix_residual, register
-from xai_ray.methods.maxflow import flow_scores
 
 
 def attention_flow(A, per_layer: bool = False) -> np.ndarray:
@@ -24,6 +23,8 @@ def attention_flow(A, per_layer: bool = False) -> np.ndarray:
     source level l and only levels 0..l). Every value is at most the source's out-capacity
     (1 for row-stochastic A) and at most the column sum of A[0] (the token's in-capacity).
     """
+    from xai_ray.methods.maxflow import flow_scores  # numba: imported by the runs that ask for flow, no other
+
     A = np.ascontiguousarray(as_layers(A))  # (L, n, n)
     if not np.isfinite(A).all() or (A < 0).any():
         raise ValueError("attention capacities must be finite and non-negative")
