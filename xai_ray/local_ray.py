@@ -9,8 +9,9 @@ three Python processes that a local run never calls on, each importing Ray on th
 - the log monitor, which carries the workers' output to the driver: needed only when that output is
   shown (``log_to_driver``; ``xai-ray finetune`` shows its workers' progress through it).
 
-Measured on 2 cores, leaving them out takes a local start from about 4.1 s to 2-3 s and Ray's
-shutdown from about 1.4 s to 0.2 s. ``ray start`` has flags for the two monitors, ``ray.init`` none:
+Without them the raylet starts without waiting for the dashboard head's address, and Ray's shutdown
+takes about a quarter as long (bench/ray_start.py). ``ray start`` has flags for the two monitors,
+``ray.init`` none:
 the head is trimmed through two methods of Ray's private ``Node`` class, replaced only while
 ``ray.init`` runs and put back after it. A Ray without them starts as ``ray.init`` alone would.
 """
