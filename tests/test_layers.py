@@ -21,7 +21,8 @@ LAYERS = [
     ["data", "model", "store"],
     ["config_help"],  # what each run key means, by section (help-config, the reference page)
     ["config", "runtime"],
-    ["progress", "words", "keys"],  # progress bars and log routing; sub-token -> word alignment; typed config keys
+    # progress bars and log routing; sub-token -> word alignment; typed config keys; a trimmed local Ray head
+    ["progress", "words", "keys", "local_ray"],
     ["methods"],
 ]
 RANK = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}

@@ -7,6 +7,7 @@ import logging
 import os
 from collections import Counter
 
+from xai_ray.local_ray import init_local
 from xai_ray.progress import quiet_ray_env, route_ray_loggers
 
 log = logging.getLogger("xai_ray")
@@ -14,7 +15,9 @@ log = logging.getLogger("xai_ray")
 
 def ensure_ray(log_to_driver: bool | None = None) -> None:
     """Start (or join) Ray. ``log_to_driver``: show the workers' output here (finetune's progress comes
-    from its workers); default: only with debug logging."""
+    from its workers); default: only with debug logging. A local start runs only the services a run
+    on one machine uses (``local_ray``): no dashboard head, no autoscaler monitor, and no log monitor
+    unless the workers' output is shown."""
     import ray
 
     closing = _process.pop("closing", None)
@@ -22,18 +25,23 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
         closing.join()
     if not ray.is_initialized():
         # Inside `ray job submit` or with RAY_ADDRESS this joins that cluster; else starts a local one.
-        if not os.environ.get("RAY_ADDRESS"):
+        address = os.environ.get("RAY_ADDRESS")
+        if not address:
             _loopback_only()
         quiet_ray_env()
         route_ray_loggers()  # importing ray gave its loggers console handlers
         # Workers' output stays in Ray's session logs unless debugging: failures come back as error rows
         # or exceptions, and their chatter (model-loading warnings per actor) would bury the progress.
-        ray.init(
-            address=os.environ.get("RAY_ADDRESS"),
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-            log_to_driver=log.isEnabledFor(logging.DEBUG) if log_to_driver is None else log_to_driver,
-        )
+        options = {
+            "address": address,
+            "include_dashboard": False,
+            "logging_level": logging.WARNING,
+            "log_to_driver": log.isEnabledFor(logging.DEBUG) if log_to_driver is None else log_to_driver,
+        }
+        if address:
+            ray.init(**options)
+        else:  # a local head without the dashboard head and the monitors a local run never uses
+            init_local(ray.init, keep_log_monitor=bool(options["log_to_driver"]), **options)
         route_ray_loggers()
     # Our own bar has the ETA over the whole run; Ray Data's per-operator bars would draw beside it.
     ray.data.DataContext.get_current().enable_progress_bars = False
