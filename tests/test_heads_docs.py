@@ -1,7 +1,8 @@
 """Per-head statistics on a seeded sample of a run's documents (``heads_docs``): exactly the
 documents the documented rule picks get them, each the statistics a run counting every document
 gives it, on the per-document and the batched capture alike; the similarity sample lies inside
-them; the driver's path and the streaming one pick the same documents; the key is checked."""
+them; the driver's path and the streaming one pick the same documents, and a resumed run the same
+ones again; the key is checked."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import pytest
 
 from xai_ray import pipeline
 from xai_ray.config import ConfigError, RunConfig, resolve
+from xai_ray.data import held, stream
 from xai_ray.data.head_docs import HeadDocs, head_docs
+from xai_ray.data.sources import plan
 from xai_ray.methods.head_summary import HeadTotals
 from xai_ray.methods.heads import HeadCollector, position_masks
 from xai_ray.model import capture
@@ -146,3 +149,19 @@ def test_both_paths_publish_the_statistics_of_the_same_documents(ray_cluster, tm
     for view in views.values():
         assert (view.n_docs == 3).all()
         pd.testing.assert_frame_equal(view[want.columns], want, check_exact=False, rtol=1e-6, atol=1e-9)
+
+
+def test_a_resumed_run_marks_the_documents_it_still_scores_as_before(tmp_path):
+    """Documents a resumed run already holds keep their ranks: the rest are marked as at first."""
+    source = tmp_path / "c.parquet"
+    pd.DataFrame({"id": [f"d{i}" for i in range(8)], "text": TEXTS, "label": [0, 1] * 4}).to_parquet(source)
+    cfg = RunConfig(heads_docs=3, heads_sample=2, seed=2)
+    marks = []
+    for done in (set(), {"d0", "d3", "d6"}):
+        screened = held.screen(stream.Corpus(plan(str(source), "train"), driver=True), [0, 1], done=done)
+        todo = screened.todo(head_docs(screened.counts["kept"], cfg)).to_pandas().set_index("doc_id")
+        marks.append(todo[["heads_stats", "heads_sample"]])
+    assert len(marks[1]) == 5 and marks[0].heads_stats.sum() == 3
+    pd.testing.assert_frame_equal(marks[1].sort_index(), marks[0].loc[marks[1].index].sort_index())
+    stats, _ = rule(8, 2, 3, 2)
+    assert set(marks[0].index[marks[0].heads_stats]) == {f"d{i}" for i in stats}
