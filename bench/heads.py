@@ -3,8 +3,9 @@
     python bench/heads.py MODEL DATA N [--max-length 128] [--repeats 3]
 
 Scores the same N reviews with the scoring stage (xai_ray.scoring.actor.Scorer, raw + rollout) with
-heads off, heads on (statistics only), and heads on with every review in the head-similarity
-sample (the worst case of the Jensen-Shannon pass), alternating the variants ``--repeats``
+heads off, heads on (statistics of every review), heads on with statistics on 1 review in 8 (a
+run's ``heads_docs`` sample, chosen by ``data.head_docs``), and heads on with every review in the
+head-similarity sample (the worst case of the Jensen-Shannon pass), alternating the variants ``--repeats``
 times in one process so a busy machine slows them alike; prints the best docs/s of each and
 the overhead relative to heads off. Then the Jensen-Shannon pass alone on one review's kept rows
 (every head of every layer x ``heads_sample_rows`` rows x the review's length): the previous
@@ -73,28 +74,37 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
+    from xai_ray.config import RunConfig
     from xai_ray.data.corpus import read_corpus
+    from xai_ray.data.head_docs import head_docs
     from xai_ray.scoring.actor import Scorer
 
     corpus = read_corpus(args.data, limit=args.n, seed=0)
     base = {"model": args.model, "max_length": args.max_length, "methods": ["raw", "rollout"], "cpus_per_actor": 1}
-    variants = {
-        "heads off": (Scorer({**base, "heads": False}), False),
-        "heads on": (Scorer({**base, "heads": True}), False),
-        "heads on, all sampled": (Scorer({**base, "heads": True, "heads_sample_rows": args.max_length}), True),
+    # the run's choice of 1 review in 8, by rank in the corpus (none compared: statistics alone)
+    eighth = head_docs(len(corpus), RunConfig(heads_docs=max(1, len(corpus) // 8), heads_sample=0))
+    counted = eighth.marks(np.arange(len(corpus)))["heads_stats"]
+    every = np.ones(len(corpus), dtype=bool)
+    on = Scorer({**base, "heads": True})
+    variants = {  # name: (scorer, every review compared, reviews with statistics)
+        "heads off": (Scorer({**base, "heads": False}), False, every),
+        "heads on": (on, False, every),
+        "heads on, stats 1 in 8": (on, False, counted),
+        "heads on, all sampled": (Scorer({**base, "heads": True, "heads_sample_rows": args.max_length}), True, every),
     }
     seconds = {name: [] for name in variants}
     for _ in range(args.repeats):
         spent = dict.fromkeys(variants, 0.0)
         # Variants take turns batch by batch, so a machine whose load drifts slows them alike
         for start in range(0, len(corpus), 64):  # the pipeline's batch_size
-            for name, (scorer, sampled) in variants.items():
+            for name, (scorer, sampled, stats) in variants.items():
                 part = corpus.iloc[start : start + 64]
                 batch = {
                     "doc_id": part.doc_id.values,
                     "text": part.text.values,
                     "label": part.label.values,
                     "heads_sample": np.full(len(part), sampled),
+                    "heads_stats": stats[start : start + 64],
                 }
                 started = time.perf_counter()
                 scorer(batch)

@@ -201,7 +201,7 @@ def rss_child(data: str) -> None:
     started = time.perf_counter()
     screened = pipeline.screen(pipeline.read(cfg), classes=[0, 1])
     actors = max(1, int(ray.cluster_resources().get("CPU", 1)))  # what `xai-ray run` would start here
-    rows = screened.todo(cfg.batch_size, pipeline.heads_sample_ranks(screened.counts["kept"], cfg), blocks=16 * actors)
+    rows = screened.todo(cfg.batch_size, pipeline.head_docs(screened.counts["kept"], cfg), blocks=16 * actors)
 
     def stand_in(batch: pa.Table) -> pa.Table:  # the scorer's place: only a count comes back
         return pa.table({"n": [batch.num_rows], "chars": [sum(len(t) for t in batch.column("text").to_pylist())]})

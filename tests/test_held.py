@@ -16,6 +16,7 @@ from test_stream import _folder, _hostile_csv, _jsonl
 from xai_ray import pipeline
 from xai_ray.config import resolve
 from xai_ray.data import held, stream
+from xai_ray.data.head_docs import HeadDocs
 from xai_ray.data.screening import DUPLICATE, REJECTED
 from xai_ray.data.sources import Piece, SourcePlan, plan
 from xai_ray.query.connection import open_store
@@ -63,11 +64,12 @@ def test_the_driver_screens_as_the_workers_do(ray_cluster, tmp_path, kind, limit
     bad = here.side.to_pandas().query(f"verdict in ({REJECTED}, {DUPLICATE})")
     assert here.rejected().values.tolist() == bad[["doc_id", "reason"]].values.tolist()
     sample = np.unique([0, min(2, here.counts["kept"] - 1), here.counts["kept"] - 1])
-    todo = here.todo(sample)
+    marked = HeadDocs(sample, np.union1d(sample, np.arange(1, here.counts["kept"], 2)))
+    todo = here.todo(marked)
     lengths = [len(t) for t in todo.column("text").to_pylist()]
     assert lengths == sorted(lengths, reverse=True)  # longest first
     by_id = todo.to_pandas().sort_values("doc_id").reset_index(drop=True)
-    expected = streamed.todo(4, sample).to_pandas().sort_values("doc_id").reset_index(drop=True)
+    expected = streamed.todo(4, marked).to_pandas().sort_values("doc_id").reset_index(drop=True)
     pd.testing.assert_frame_equal(by_id, expected, check_dtype=False)  # string dtypes: pandas vs Ray Data
 
 

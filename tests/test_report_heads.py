@@ -3,6 +3,7 @@ classical MDS of the similarity view, and runs without head statistics leave it 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -28,7 +29,7 @@ TEXTS = [
 ]
 
 
-def write(root: Path, model: str, run_id: str, heads_on: bool) -> str:
+def write(root: Path, model: str, run_id: str, heads_on: bool, counted=None) -> str:
     cfg = resolve(
         None,
         {"model": model, "max_length": 32, "store": str(root), "methods": "raw,rollout"},
@@ -40,6 +41,8 @@ def write(root: Path, model: str, run_id: str, heads_on: bool) -> str:
         "label": [1, 1, 0, 0, 1],
         "heads_sample": np.array([True, False, True, True, False]),
     }
+    if counted is not None:  # the run's statistics sample (the compared documents are inside it)
+        batch["heads_stats"] = np.asarray(counted)
     rows = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})(batch)
     pipeline.write([rows], cfg, run_id, n_input=len(TEXTS))
     return cfg.store
@@ -50,6 +53,7 @@ def store(tiny_model_factory, tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("report-heads") / "store"
     write(root, tiny_model_factory("distilbert"), "with", True)  # 3 layers x 4 heads
     write(root, tiny_model_factory("distilbert"), "without", False)
+    write(root, tiny_model_factory("distilbert"), "part", True, counted=[False, False, True, False, True])
     return str(root)
 
 
@@ -129,3 +133,16 @@ def test_report_has_the_section_only_when_the_run_has_heads(store, tmp_path):
         store, "without", tmp_path / "without.html", definition={**DEFAULTS, "min_count": 1, "min_docs": 1}
     )
     assert "heads" not in re.findall(r"<section id='(\w+)'>", bare.read_text())
+
+
+def test_the_section_says_over_how_many_of_the_reviews(store):
+    """Statistics of a sample: the view counts the sampled reviews (and those compared, which are
+    inside it), and the section says the share of the run they are."""
+    definition = {**DEFAULTS, "min_count": 1, "min_docs": 1}
+    part = heads(context(store, "part", definition))
+    con = context(store, "part", definition).con
+    assert (con.execute("select n_docs from heads where run_id = 'part'").df().n_docs == 4).all()  # 2 + 2 compared
+    assert "a seeded sample of 4 of the run's 5 reviews" in part.note
+    assert "a seeded sample of 4 of the run's 5 reviews" in json.dumps(part.items[1].to_dict())
+    whole = heads(context(store, "with", definition))
+    assert "every query row of 5 reviews" in whole.note and "seeded sample" not in whole.note

@@ -36,6 +36,7 @@ CHANGED = {
     "target": "label",
     "ig_steps": 16,
     "heads": False,
+    "heads_docs": 40,
     "heads_sample": 8,
     "heads_sample_rows": 16,
     "batch_size": 9,

@@ -13,6 +13,7 @@ import pytest
 
 from xai_ray.data import screening, stream
 from xai_ray.data.corpus import read_corpus
+from xai_ray.data.head_docs import HeadDocs
 from xai_ray.data.screening import DONE, DUPLICATE, REJECTED, UNCHANGED, screen, verdicts
 from xai_ray.data.sources import plan
 
@@ -105,11 +106,14 @@ def test_workers_screen_as_one_process_does(ray_cluster, tmp_path, kind, limit):
     assert list(zip(bad.doc_id, bad.reason)) == list(zip(rejected.doc_id, rejected.reason))
     assert screened.counts["rows"] == len(corpus) and screened.counts["todo"] == len(kept)
     sample = np.unique([0, min(2, len(kept) - 1), len(kept) - 1])
-    todo = screened.todo(4, sample).to_pandas().set_index("doc_id")
+    stats = np.union1d(sample, np.arange(1, len(kept), 2))
+    todo = screened.todo(4, HeadDocs(sample, stats)).to_pandas().set_index("doc_id")
     assert sorted(todo.index) == sorted(kept.doc_id)
     for doc_id, text, label in zip(kept.doc_id, kept.text, kept.label):
         assert todo.at[doc_id, "text"] == text and (pd.isna(label) or todo.at[doc_id, "label"] == label)
     assert set(todo.index[todo.heads_sample]) == set(kept.doc_id.iloc[sample])  # ranks in input order
+    assert set(todo.index[todo.heads_stats]) == set(kept.doc_id.iloc[stats])
+    assert screened.todo(4).to_pandas().heads_stats.all()  # no sample given: statistics for every row
     if kind == "csv":  # spelled out once, from the file itself
         assert list(kept.doc_id) == ["ok1", "ok2"]  # "word" has the label "pos"; "" is a missing id
         assert rejected.doc_id.tolist() == ["null", "blank", "ok1", "label", "row-6", "word", "bytes", "ok2"]

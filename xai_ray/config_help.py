@@ -24,7 +24,7 @@ SECTIONS = {
     "methods: attention-based (raw, rollout, flow, grad_rollout, attn_x_grad)": ("head_fusion", "discard_ratio"),
     "methods: rollout, norm_rollout, globenc and flow": ("residual", "start_layer"),
     "methods: integrated_gradients": ("ig_steps",),
-    "per-head statistics": ("heads", "heads_sample", "heads_sample_rows"),
+    "per-head statistics": ("heads", "heads_docs", "heads_sample", "heads_sample_rows"),
     "execution": (
         "batch_size",
         "max_tokens_per_batch",
@@ -53,7 +53,7 @@ MEANINGS = {
     "id_column": "the column holding each document's id (read as text); missing: row numbers",
     "clean_html": "turn <br /> and other HTML left in reviews into plain text before scoring",
     "limit": "score a seeded random sample of this many documents (null: all)",
-    "seed": "seed of the sample, of untrained classifier heads and of the heads_sample",
+    "seed": "seed of the sample, of untrained classifier heads and of the heads_docs and heads_sample samples",
     "model": "Hub id, local Hugging Face model folder, or 'minilm' (the packaged all-MiniLM-L6-v2)",
     "allow_pickle": "allow loading pytorch_model.bin (pickle) weights; safetensors only otherwise",
     "trust_remote_code": "allow a model folder's own Python code to run",
@@ -77,7 +77,10 @@ MEANINGS = {
     "a class index or one of the model's label names",
     "ig_steps": "integrated_gradients: Gauss-Legendre nodes along the path from the zero word-embedding baseline",
     "heads": "measure per-head statistics (the heads and head_similarity views)",
-    "heads_sample": "documents whose heads are compared pairwise (Jensen-Shannon); 0: none",
+    "heads_docs": "documents with per-head statistics, a seeded random sample of the run's documents (the same "
+    "on resume, whatever the batches or actors); 0: every document",
+    "heads_sample": "documents whose heads are compared pairwise (Jensen-Shannon), the first of the heads_docs "
+    "sample (never more than it holds); 0: none",
     "heads_sample_rows": "query rows per sampled document in that comparison",
     "batch_size": "documents handed to an actor at once",
     "max_tokens_per_batch": "padded tokens per forward pass: the memory knob",

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from xai_ray.data import screening
+from xai_ray.data.head_docs import HeadDocs
 from xai_ray.data.pieces import CHUNK, read_piece
 from xai_ray.data.sources import SourcePlan
 from xai_ray.data.stream import Corpus, _local, _place, _todo, verdict_counts
@@ -58,11 +58,11 @@ class Held:
     def n_input(self) -> int:
         return self.counts["rows"]
 
-    def todo(self, sample: np.ndarray | None = None) -> pa.Table:
-        """The rows to score (``doc_id, text, label, heads_sample``), longest first; ``sample``: the
-        head-similarity sample as ranks among the rows a run keeps (as ``Screened.todo``)."""
-        sample = np.asarray(sample if sample is not None else [], np.int64)
-        return _todo(self.placed, self.side.select(["pos", "verdict"]), sample, classes=self.classes)
+    def todo(self, heads: HeadDocs | None = None) -> pa.Table:
+        """The rows to score (``doc_id, text, label, heads_sample, heads_stats``), longest first;
+        ``heads``: the documents marked for head statistics and similarity (as ``Screened.todo``)."""
+        heads = heads if heads is not None else HeadDocs()
+        return _todo(self.placed, self.side.select(["pos", "verdict"]), heads, classes=self.classes)
 
     def rejected(self) -> pd.DataFrame:
         """The screened-out rows as ``doc_id, reason``, in input order (the run's ``errors``)."""

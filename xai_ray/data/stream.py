@@ -29,6 +29,7 @@ from ray.data.datasource import Datasource, ReadTask
 
 from xai_ray.data import screening
 from xai_ray.data.corpus import named_ids, sample_rows
+from xai_ray.data.head_docs import HeadDocs
 from xai_ray.data.pieces import CHUNK, count_piece, read_piece
 from xai_ray.data.sources import Piece, SourcePlan
 from xai_ray.data.text import CorpusError
@@ -208,14 +209,16 @@ class Screened:
     def n_input(self) -> int:
         return self.counts["rows"]
 
-    def todo(self, batch_size: int, sample: np.ndarray | None = None, blocks: int = 0):
-        """The second pass: a Ray Dataset of the rows to score (``doc_id, text, label, heads_sample``),
-        each block longest first (batches of similar lengths pad little), in blocks of about half a batch.
-        ``sample``: ranks, among the rows a run keeps (``counts['kept']``), of the head-similarity sample.
-        ``blocks``: at most this many blocks (each read task's output split; default ``MAX_BLOCKS``)."""
+    def todo(self, batch_size: int, heads: HeadDocs | None = None, blocks: int = 0):
+        """The second pass: a Ray Dataset of the rows to score (``doc_id, text, label, heads_sample,
+        heads_stats``), each block longest first (batches of similar lengths pad little), in blocks of
+        about half a batch. ``heads``: the documents marked for head statistics and similarity, as
+        ranks among the rows a run keeps (``counts['kept']``; ``data.head_docs``); default: statistics
+        for every row, none compared. ``blocks``: at most this many blocks (each read task's output
+        split; default ``MAX_BLOCKS``)."""
         side = _side_table.remote(*self.verdicts)
         ray.wait([side], fetch_local=False)  # ready before any actor asks for it
-        sample = np.asarray(sample if sample is not None else [], np.int64)
+        heads = heads if heads is not None else HeadDocs()
         # About half a batch a block, up to ``blocks`` (say 16 an actor), so even one large piece
         # feeds every actor; no more, as the driver keeps a little for every block in flight.
         # Half, not one: Ray Data bundles blocks until a task holds ``batch_size`` rows, and blocks
@@ -226,7 +229,7 @@ class Screened:
         rows = self.corpus.rows(blocks=blocks, beside_actors=True)
         pick = partial(_todo, classes=self.classes)
         return rows.map_batches(
-            pick, fn_args=[side, sample], batch_format="pyarrow", batch_size=None, **_beside(blocks, True)
+            pick, fn_args=[side, heads], batch_format="pyarrow", batch_size=None, **_beside(blocks, True)
         )
 
 
@@ -328,8 +331,9 @@ def _side_table(*tables: pa.Table) -> pa.Table:
     return pa.concat_tables([screening.VERDICTS.empty_table(), *tables]).select(["pos", "verdict"]).sort_by("pos")
 
 
-def _todo(batch: pa.Table, side, sample: np.ndarray, classes=None) -> pa.Table:
-    """The second pass on one chunk: rows without a verdict, the sampled ones marked, longest first."""
+def _todo(batch: pa.Table, side, heads: HeadDocs, classes=None) -> pa.Table:
+    """The second pass on one chunk: rows without a verdict, marked for head statistics and
+    similarity (``heads``), longest first."""
     side = ray.get(side) if isinstance(side, ray.ObjectRef) else side
     pos = batch.column("pos").to_numpy()
     judged = side.column("pos").to_numpy()
@@ -346,12 +350,14 @@ def _todo(batch: pa.Table, side, sample: np.ndarray, classes=None) -> pa.Table:
         labels = pa.array(
             [v if n is None else screening.by_name(n, classes)[0] for n, v in zip(written, values)], pa.int64()
         )
+    marks = heads.marks(rank[keep])
     table = pa.table(
         {
             "doc_id": pa.array(ids, pa.string()),
             "text": rows.column("text"),
             "label": labels,
-            "heads_sample": pa.array(np.isin(rank[keep], sample)),
+            "heads_sample": pa.array(marks["heads_sample"]),
+            "heads_stats": pa.array(marks["heads_stats"]),
         }
     )
     order = np.argsort(-pc.utf8_length(table.column("text")).to_numpy(zero_copy_only=False), kind="stable")

@@ -62,14 +62,17 @@ class HeadCollector:
     """Running per-document sums of the statistics, fed one block of one head group at a time.
 
     lengths: (B,) real tokens per document; masks: (B, n, 3) from ``position_masks``;
-    sample: per document, whether to keep its first ``sample_rows`` rows for head similarity.
+    sample: per document, whether to keep its first ``sample_rows`` rows for head similarity;
+    counted: per document, whether it gets statistics at all (default every one; a sampled one always).
     """
 
-    def __init__(self, lengths, masks: torch.Tensor, sample=None, sample_rows: int = 128) -> None:
+    def __init__(self, lengths, masks: torch.Tensor, sample=None, sample_rows: int = 128, counted=None) -> None:
         self.lengths = [int(x) for x in lengths]
         self.masks = masks.float()
         self.sample = [bool(x) for x in (sample if sample is not None else [False] * len(self.lengths))]
         self.sample_rows = int(sample_rows)
+        counted = counted if counted is not None else [True] * len(self.lengths)
+        self.counted = [bool(c) or s for c, s in zip(counted, self.sample)]
         self.layers: list[torch.Tensor] = []  # L x (B, H, N_STATS) float64 sums
         self.kept: dict[tuple[int, int], torch.Tensor] = {}  # (layer, doc) -> (H, R, m) first rows
 
@@ -78,6 +81,8 @@ class HeadCollector:
         when the caller has them, the scaled scores they came from (a cheaper exact entropy)."""
         length = probs.shape[-1]
         self._ready(layer, probs)
+        if not self.counted[doc]:  # the reduction is the cost: skipped outside the statistics sample
+            return
         masks = self.masks[doc, :length]  # (m, 3)
         self.layers[layer][doc] += block_statistics(probs, start, masks, scores).double()  # (H, N_STATS)
         if self.sample[doc] and start < self.sample_rows:
@@ -87,7 +92,9 @@ class HeadCollector:
         """Add query rows ``start:start+r`` of every document at once (the batched capture, a GPU):
         probs = softmax(scores), (B, H, r, n), padding columns -inf in scores and 0 in probs; raw
         the scores before that mask (finite); lengths (B,) on the device. No loop over documents:
-        padded query rows are reduced with the rest and then weighted by 0."""
+        padded query rows are reduced with the rest and then weighted by 0; so are documents
+        outside the statistics sample (``statistics`` still holds their sums; ``counted`` says
+        which to read)."""
         batch, _, rows, _ = probs.shape
         self._ready(layer, probs[0])
         real_rows = ((start + torch.arange(rows, device=probs.device))[None, :] < lengths[:, None]).float()  # (B, r)
@@ -120,7 +127,8 @@ class HeadCollector:
             self.block(layer, doc, 0, attention[doc, :, :length, :length].float())
 
     def statistics(self) -> torch.Tensor:
-        """(B, L, H, N_STATS) float64 sums over each document's rows (see module doc)."""
+        """(B, L, H, N_STATS) float64 sums over each document's rows (see module doc); those of a
+        document not ``counted`` are zero or, from the batched path, unused."""
         sums = torch.stack(self.layers, dim=1).cpu()  # (B, L, H, N_STATS)
         log_n = torch.tensor([math.log(n) if n > 1 else 1.0 for n in self.lengths], dtype=torch.float64)
         norm = STATISTICS.index("entropy_norm")

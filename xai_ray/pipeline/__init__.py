@@ -20,6 +20,7 @@ import pandas as pd
 
 from xai_ray import runtime
 from xai_ray.config import RunConfig, resolve_target
+from xai_ray.data.head_docs import head_docs
 from xai_ray.methods import REGISTRY
 from xai_ray.model.loading import describe_model
 from xai_ray.pipeline import pool
@@ -256,7 +257,7 @@ def score(rows, cfg: RunConfig):
     config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
     if is_held(rows):
         log.info("scoring %d documents on %d actor(s), %.0f GPU each", rows.counts["todo"], actors, gpus)
-        todo = rows.todo(heads_sample_ranks(rows.counts["kept"], cfg))
+        todo = rows.todo(head_docs(rows.counts["kept"], cfg))
         return pool.score_here(workers, config, todo, batch, DeferredMethods(config) if deferred else None)
     dataset, n_docs = _scorer_input(rows, replace(cfg, batch_size=batch), actors)
     # One task per batch, as many at once as the pool has actors, each handing its batch to a free
@@ -335,29 +336,21 @@ def _scorer_input(rows, cfg: RunConfig, actors: int):
     if isinstance(rows, ray.data.Dataset):
         return rows, rows.count()
     counts = rows.counts
-    return rows.todo(cfg.batch_size, heads_sample_ranks(counts["kept"], cfg), blocks=16 * actors), counts["todo"]
+    return rows.todo(cfg.batch_size, head_docs(counts["kept"], cfg), blocks=16 * actors), counts["todo"]
 
 
 def order_corpus(corpus: pd.DataFrame, cfg: RunConfig) -> pd.DataFrame:
     """A DataFrame corpus as the actors get it: longest first (batches hold similar lengths, so
-    little padding, and memory trouble shows early), with the head-similarity sample marked."""
+    little padding, and memory trouble shows early), with the documents of the head statistics and
+    similarity samples marked (``data.head_docs``, ranks in input order, as a screened corpus marks
+    them). A corpus that marks its own ``heads_sample`` keeps it, and without ``heads_stats`` every
+    row gets statistics."""
     order = corpus["text"].map(lambda t: len(t) if isinstance(t, str) else 0).sort_values(ascending=False).index
     ordered = corpus.loc[order].reset_index(drop=True)
-    if "heads_sample" not in ordered:  # ranks in input order, as a screened corpus marks them
-        import numpy as np
-
-        ordered["heads_sample"] = np.isin(corpus.index.get_indexer(order), heads_sample_ranks(len(ordered), cfg))
+    if "heads_sample" not in ordered:
+        for name, marks in head_docs(len(ordered), cfg).marks(corpus.index.get_indexer(order)).items():
+            ordered[name] = marks
     return ordered
-
-
-def heads_sample_ranks(n_docs: int, cfg: RunConfig):
-    """Which documents the actors compare heads on (Jensen-Shannon): a seeded random ``heads_sample``
-    of the ``n_docs`` documents a run keeps, as their ranks in input order."""
-    import numpy as np
-
-    if not (cfg.heads and cfg.heads_sample) or n_docs == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.random.default_rng(cfg.seed).choice(n_docs, size=min(cfg.heads_sample, n_docs), replace=False)
 
 
 def _auto_actors(gpus: float, cpus_per_actor: float) -> int:

@@ -69,6 +69,7 @@ IDENTITY_KEYS = (
     "target",
     "ig_steps",
     "heads",
+    "heads_docs",
     "heads_sample",
     "heads_sample_rows",
     "evaluate",

@@ -1,7 +1,8 @@
 """The report's head section: what every attention head looks at over the whole run.
 
 Reads the run's ``heads`` and ``head_similarity`` views; left out for runs without them (runs
-scored with ``heads: false`` or before the tables existed).
+scored with ``heads: false`` or before the tables existed). The statistics cover the run's
+``heads_docs`` sample of its reviews (all of them in a smaller run); the section says how many.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ def heads(ctx):
         return None
     stats = stats.assign(behaviour=[behaviour(row) for _, row in stats.iterrows()])
     n_docs, n_rows = int(stats.n_docs.iloc[0]), int(stats.n_rows.iloc[0])
+    scored = int(ctx.summary.get("n_docs") or 0)
+    over = f"{n_docs} reviews" if n_docs >= scored else f"a seeded sample of {n_docs} of the run's {scored} reviews"
     items = [
         head_charts.layer_profile(stats, "Per layer, averaged over its heads"),
-        head_charts.head_heatmaps(stats, f"Per head, over {n_docs} reviews ({n_rows} query rows)"),
+        head_charts.head_heatmaps(stats, f"Per head, over {over} ({n_rows} query rows)"),
     ]
     items.append(Fragment(_highlights(stats)))
     similarity = ctx.query("report_head_similarity")
@@ -40,7 +43,7 @@ def heads(ctx):
         items.append(head_charts.head_map(points, "Head map: heads that attend alike lie close", [sampled]))
     note = (
         "Clark et al. (2019), 'What does BERT look at?', at corpus scale: every head's attention averaged over "
-        "every query row of every scored review. [SEP] and [CLS] are the tokenizer's special tokens (<s>, </s> "
+        f"every query row of {over} (heads_docs). [SEP] and [CLS] are the tokenizer's special tokens (<s>, </s> "
         f"for RoBERTa). A head's dominant behaviour is the target holding at least {DOMINANT_SHARE:.0%} of its "
         f"attention; otherwise 'broad' (entropy at least {BROAD_ENTROPY:.0%} of uniform) or 'mixed'."
     )

@@ -89,6 +89,7 @@ class Scorer:
         self.heads_sample_rows = config.run.heads_sample_rows
         self.punctuation: dict[int, bool] = {}  # vocabulary id -> is punctuation, filled as ids are seen
         self.sampled: set[int] = set()  # batch positions chosen for head similarity
+        self.counted: set[int] = set()  # batch positions given per-head statistics (the sampled among them)
         self.fallbacks = 0  # batches that had to be re-scored one document at a time
         self.splits = 0  # groups halved after running out of memory
 
@@ -105,8 +106,12 @@ class Scorer:
         ids = [str(x) for x in batch["doc_id"]]
         texts = list(batch["text"])
         labels = [None if missing(x) else int(x) for x in batch["label"]]
-        # The driver marks the documents of the head-similarity sample (pipeline.order_corpus)
+        # The driver marks the documents of the statistics and similarity samples (data.head_docs);
+        # rows without statistics marks (a notebook's own rows) all get them, a compared one always
         self.sampled = {i for i, x in enumerate(batch.get("heads_sample", ())) if x} if self.heads else set()
+        marks = batch.get("heads_stats")
+        counted = range(len(ids)) if marks is None else (i for i, x in enumerate(marks) if x)
+        self.counted = (set(counted) | self.sampled) if self.heads else set()
         errors, good = [], []
         for i, text in enumerate(texts):
             problem = text_problem(text)
@@ -184,7 +189,10 @@ class Scorer:
         encoding = self._encode([plans[i].inputs[w] for i, w in owners])
         # per-head statistics of a windowed review come from its first window
         collector = self._head_collector(
-            encoding["input_ids"], encoding["attention_mask"], [w == 0 and i in self.sampled for i, w in owners]
+            encoding["input_ids"],
+            encoding["attention_mask"],
+            [w == 0 and i in self.counted for i, w in owners],
+            [w == 0 and i in self.sampled for i, w in owners],
         )
         started = time.perf_counter()
         model_inputs, probs, fused, norms = self._forward(encoding, collector)  # (R, C), (R, L, N, N) on the device
@@ -300,14 +308,16 @@ class Scorer:
                 row[f"scores_{name}"] = columns[f"scores_{name}"][d].values.to_numpy(zero_copy_only=False)
         self.evaluator.add_metrics(meta, *(model_inputs[k][inputs] for k in ("input_ids", "attention_mask")))
 
-    def _head_collector(self, input_ids, attention_mask, sampled: list[bool]):
-        """The per-head statistics collector of one forward pass, or None when heads are off."""
-        if not self.heads:
+    def _head_collector(self, input_ids, attention_mask, counted: list[bool], sampled: list[bool]):
+        """The per-head statistics collector of one forward pass (``counted``: the model inputs
+        given statistics, ``sampled``: those compared too), or None when none is counted."""
+        if not any(counted):
             return None
         from xai_ray.methods.heads import HeadCollector, position_masks
 
         masks = position_masks(input_ids, self.tokenizer, self.punctuation)  # (B, n, 3)
-        return HeadCollector(attention_mask.sum(dim=1).tolist(), masks, sampled, self.heads_sample_rows)
+        lengths = attention_mask.sum(dim=1).tolist()
+        return HeadCollector(lengths, masks, sampled, self.heads_sample_rows, counted=counted)
 
     def _evaluator(self, config: ScorerConfig):
         """The faithfulness stage (``--evaluate``), run here because this actor holds the model."""

@@ -150,7 +150,8 @@ def error_row(doc_id, label, reason: str, fingerprint: str) -> dict:
 
 
 def head_columns(collector, n_docs: int) -> list[dict]:
-    """Per document of a forward pass: its per-head statistics (and head similarity when sampled)."""
+    """Per document of a forward pass: its per-head statistics when counted (``HeadCollector.counted``)
+    and head similarity when sampled; nothing for the others."""
     if collector is None:
         return [{}] * n_docs
     statistics = collector.statistics().numpy()  # (B, L, H, N_STATS)
@@ -160,7 +161,7 @@ def head_columns(collector, n_docs: int) -> list[dict]:
         jsd, jsd_rows = similarity.get(b, (None, None))
         columns.append(
             {
-                "heads": statistics[b].ravel(),
+                "heads": statistics[b].ravel() if collector.counted[b] else None,
                 "head_jsd": None if jsd is None else jsd.numpy().ravel(),
                 "head_jsd_rows": jsd_rows,
             }

@@ -91,7 +91,7 @@ FAITHFULNESS = pa.schema(
         ("value", pa.float64()),
     ]
 )
-# Per layer x head means over every scored review (xai_ray.methods.head_summary); entropies in nats.
+# Per layer x head means over the run's heads_docs sample of reviews (xai_ray.methods.head_summary); entropies in nats.
 HEADS = pa.schema(
     [
         ("layer", pa.int32()),
