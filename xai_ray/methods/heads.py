@@ -166,7 +166,7 @@ def block_statistics(
     out = torch.zeros(heads, N_STATS, dtype=torch.float32, device=probs.device)
     if scores is not None:
         log_z = scores.amax(dim=-1) - probs.amax(dim=-1).log()  # (H, r); the max of both sits at one key
-        entropy = log_z - torch.einsum("hrm,hrm->hr", probs, scores)  # (H, r), no (H, r, m) temporary
+        entropy = log_z - (probs * scores).sum(dim=-1)  # (H, r): vecdot ran 1.3x slower at 300 keys, einsum 3x at 512
     else:
         entropy = -(probs * probs.clamp_min(TINY).log()).sum(dim=-1)  # (H, r); 0 log 0 = 0
     out[:, 0] = entropy.sum(dim=1)
@@ -200,7 +200,7 @@ def batched_block_statistics(
     # log Z = the largest score - log of the largest probability (both at one key), as on the
     # per-document path; p . s over raw scores, as a padding column's -inf times its 0 would be nan
     log_z = scores.amax(dim=-1) - probs.amax(dim=-1).log()  # (B, H, r)
-    entropy = log_z - torch.einsum("bhrm,bhrm->bhr", probs, raw)  # (B, H, r)
+    entropy = log_z - (probs * raw).sum(dim=-1)  # (B, H, r)
     weights = real_rows[:, None, :]  # (B, 1, r)
     out[..., 0] = (entropy * weights).sum(dim=-1)
     if start == 0:
@@ -226,7 +226,7 @@ def jsd_sums(heads: torch.Tensor) -> torch.Tensor:
     """
     heads = heads.float().clamp_min(TINY / 2)  # (P, R, m)
     count, rows, keys = heads.shape
-    entropy = -torch.einsum("prm,prm->pr", heads, heads.log())  # (P, R)
+    entropy = -(heads * heads.log()).sum(dim=-1)  # (P, R)
     mass = heads.sum(dim=-1)  # (P, R): 1 for a full row of probabilities
     out = torch.zeros(count, count, dtype=torch.float64, device=heads.device)  # filled there: one copy out
     summed = torch.empty(max(count - 1, 0), rows, keys, dtype=heads.dtype, device=heads.device)  # (P-1, R, m)
@@ -234,7 +234,7 @@ def jsd_sums(heads: torch.Tensor) -> torch.Tensor:
     for i in range(count - 1):
         later = count - 1 - i
         s = torch.add(heads[i : i + 1], heads[i + 1 :], out=summed[:later])  # (P-i-1, R, m)
-        s_log_s = torch.einsum("prm,prm->pr", s, torch.log(s, out=logs[:later]))  # (P-i-1, R)
+        s_log_s = torch.log(s, out=logs[:later]).mul_(s).sum(dim=-1)  # (P-i-1, R)
         mixed_entropy = (math.log(2) * (mass[i : i + 1] + mass[i + 1 :]) - s_log_s) / 2  # (P-i-1, R)
         divergence = (mixed_entropy - (entropy[i : i + 1] + entropy[i + 1 :]) / 2).clamp_min(0)  # (P-i-1, R)
         row = divergence.sum(dim=1).double()  # (P-i-1,)
