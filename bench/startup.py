@@ -60,6 +60,8 @@ def old_score(rows, cfg):
     from ray.data import ActorPoolStrategy
 
     from xai_ray import pipeline
+    from xai_ray.pipeline import pool
+    from xai_ray.pipeline.batches import scorer_input
     from xai_ray.runtime import check_actor_fits, ensure_ray
     from xai_ray.scoring.actor import Scorer
     from xai_ray.scoring.settings import ScorerConfig
@@ -67,8 +69,8 @@ def old_score(rows, cfg):
     ensure_ray()
     gpus = pipeline.actor_gpus(cfg)
     check_actor_fits(gpus, cfg.cpus_per_actor)
-    actors = cfg.actors or pipeline._auto_actors(gpus, cfg.cpus_per_actor)
-    dataset, _ = pipeline._scorer_input(rows, cfg, actors)
+    actors = cfg.actors or pool.auto_actors(gpus, cfg.cpus_per_actor)
+    dataset, _ = scorer_input(rows, cfg, actors)
     return dataset.map_batches(
         Scorer,
         fn_constructor_kwargs={"config": ScorerConfig.of(cfg, gpus_per_actor=gpus)},

@@ -16,14 +16,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pandas as pd
-
 from xai_ray import runtime
 from xai_ray.config import RunConfig, resolve_target
 from xai_ray.data.head_docs import head_docs
 from xai_ray.methods import REGISTRY
 from xai_ray.model.loading import describe_model
 from xai_ray.pipeline import pool
+from xai_ray.pipeline.batches import count_of, even_batch, order_corpus, scorer_input
+from xai_ray.pipeline.pool import actor_gpus, start_actors
 from xai_ray.pipeline.writing import (
     IDENTITY_KEYS,
     build_manifest,
@@ -51,6 +51,10 @@ __all__ = [
     "score",
     "write",
     "write_parts",
+    "start_actors",
+    "actor_gpus",
+    "even_batch",
+    "order_corpus",
     "aggregate",
     "report",
     "build_manifest",
@@ -249,7 +253,7 @@ def score(rows, cfg: RunConfig):
     check_actor_fits(gpus, cfg.cpus_per_actor)  # else a pool no node can hold waits forever
     workers = start_actors(cfg)  # the warm pool when it holds this model (pipeline.pool)
     actors = len(workers.actors)
-    batch = even_batch(cfg.batch_size, _count(rows), actors)
+    batch = even_batch(cfg.batch_size, count_of(rows), actors)
     defer = cfg.defer_flow if cfg.defer_flow is not None else gpus > 0
     defer = defer and not cfg.evaluate  # the evaluation ranks tokens by flow too, on the actor holding the model
     defer = defer and resolve_mode(cfg.long_text, cfg.model) != "window"  # windows merge on the actor
@@ -259,7 +263,7 @@ def score(rows, cfg: RunConfig):
         log.info("scoring %d documents on %d actor(s), %.0f GPU each", rows.counts["todo"], actors, gpus)
         todo = rows.todo(head_docs(rows.counts["kept"], cfg))
         return pool.score_here(workers, config, todo, batch, DeferredMethods(config) if deferred else None)
-    dataset, n_docs = _scorer_input(rows, replace(cfg, batch_size=batch), actors)
+    dataset, n_docs = scorer_input(rows, replace(cfg, batch_size=batch), actors)
     # One task per batch, as many at once as the pool has actors, each handing its batch to a free
     # actor (pipeline.pool): one batch in flight per actor, given to whichever is free, not queued
     # behind a busy one (Ray Data's default of 2 a actor left one of two CPU actors idle for the
@@ -286,80 +290,6 @@ def score(rows, cfg: RunConfig):
         )
     log.info("scoring %d documents on %d actor(s), %.0f GPU each", n_docs, actors, gpus)
     return scored
-
-
-def start_actors(cfg: RunConfig, early: bool = False) -> pool.Pool | None:
-    """The scoring actors for ``cfg`` (``pipeline.pool``): started now, or this process's warm ones.
-    ``early`` (before screening): only where they hold no CPU that screening waits for (one node)."""
-    gpus = actor_gpus(cfg)
-    return pool.start(cfg, cfg.actors or _auto_actors(gpus, cfg.cpus_per_actor), gpus, early=early)
-
-
-def actor_gpus(cfg: RunConfig) -> float:
-    """GPUs a scoring actor asks for: ``gpus_per_actor``, or 1 when the cluster has a GPU, else 0."""
-    import ray
-
-    if cfg.gpus_per_actor is not None:
-        return float(cfg.gpus_per_actor)
-    return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
-
-
-def even_batch(batch_size: int, n_docs: int | None, actors: int) -> int:
-    """Documents a batch, so that the actors finish together: at least 4 batches an actor. The last
-    batches are the shortest (longest reviews first), so an actor idles at the end for a fraction
-    of one small batch; at 64 a batch, 200 reviews on 2 actors went 128 + 72 (one actor idle for
-    the last 56 of them). An actor still forwards ``max_tokens_per_batch`` at a time."""
-    if not n_docs:
-        return batch_size
-    return max(1, min(batch_size, -(-n_docs // (4 * actors))))
-
-
-def _count(rows) -> int | None:
-    """How many documents ``score`` was given, when known without reading them."""
-    if isinstance(rows, pd.DataFrame):
-        return len(rows)
-    counts = getattr(rows, "counts", None)
-    return counts["todo"] if counts else None
-
-
-def _scorer_input(rows, cfg: RunConfig, actors: int):
-    """(a Ray Dataset of the rows to score, how many) for what ``score`` was given."""
-    import pyarrow as pa
-    import ray
-
-    if isinstance(rows, pd.DataFrame):
-        ordered = order_corpus(rows, cfg)
-        table = pa.Table.from_pandas(ordered, preserve_index=False)
-        n_blocks = max(1, min(len(ordered) // max(cfg.batch_size, 1), actors * 8))
-        step = max(1, -(-table.num_rows // n_blocks))
-        return ray.data.from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)]), len(rows)
-    if isinstance(rows, ray.data.Dataset):
-        return rows, rows.count()
-    counts = rows.counts
-    return rows.todo(cfg.batch_size, head_docs(counts["kept"], cfg), blocks=16 * actors), counts["todo"]
-
-
-def order_corpus(corpus: pd.DataFrame, cfg: RunConfig) -> pd.DataFrame:
-    """A DataFrame corpus as the actors get it: longest first (batches hold similar lengths, so
-    little padding, and memory trouble shows early), with the documents of the head statistics and
-    similarity samples marked (``data.head_docs``, ranks in input order, as a screened corpus marks
-    them). A corpus that marks its own ``heads_sample`` keeps it, and without ``heads_stats`` every
-    row gets statistics."""
-    order = corpus["text"].map(lambda t: len(t) if isinstance(t, str) else 0).sort_values(ascending=False).index
-    ordered = corpus.loc[order].reset_index(drop=True)
-    if "heads_sample" not in ordered:
-        for name, marks in head_docs(len(ordered), cfg).marks(corpus.index.get_indexer(order)).items():
-            ordered[name] = marks
-    return ordered
-
-
-def _auto_actors(gpus: float, cpus_per_actor: float) -> int:
-    import ray
-
-    resources = ray.cluster_resources()
-    if gpus > 0:
-        return max(1, int(resources.get("GPU", 1) // gpus))
-    return max(1, int(resources.get("CPU", 1) // max(cpus_per_actor, 1)))
 
 
 def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:

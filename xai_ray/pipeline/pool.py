@@ -122,6 +122,33 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
     return pool
 
 
+def start_actors(cfg, early: bool = False) -> Pool | None:
+    """The scoring actors for ``cfg`` (a ``RunConfig``): started now, or this process's warm ones;
+    as many as ``actors`` says, else one per GPU (or per ``cpus_per_actor`` CPUs) of the cluster.
+    ``early`` (before screening): only where they hold no CPU that screening waits for (one node)."""
+    gpus = actor_gpus(cfg)
+    return start(cfg, cfg.actors or auto_actors(gpus, cfg.cpus_per_actor), gpus, early=early)
+
+
+def actor_gpus(cfg) -> float:
+    """GPUs a scoring actor asks for: ``gpus_per_actor``, or 1 when the cluster has a GPU, else 0."""
+    import ray
+
+    if cfg.gpus_per_actor is not None:
+        return float(cfg.gpus_per_actor)
+    return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+
+
+def auto_actors(gpus: float, cpus_per_actor: float) -> int:
+    """Actors the cluster holds: one per ``gpus`` GPUs, or (no GPU asked) one per ``cpus_per_actor`` CPUs."""
+    import ray
+
+    resources = ray.cluster_resources()
+    if gpus > 0:
+        return max(1, int(resources.get("GPU", 1) // gpus))
+    return max(1, int(resources.get("CPU", 1) // max(cpus_per_actor, 1)))
+
+
 def _session() -> str:
     """This Ray session's unique name: a cluster started again (a test module's, a notebook's after
     ``xai_ray.shutdown()``) counts its jobs from 1 again, so job ids would match a dead pool."""
