@@ -1,6 +1,7 @@
 """Does explaining a corpus cost about what predicting it costs?
 
     python bench/throughput.py MODEL DATA N [--max-length 512] [--e2e-n 2000] [--skip e]
+        [--device cpu|cuda] [--set KEY=VALUE ...]
 
 On the same N reviews and model, each variant in its own process (clean peak memory), prints:
   (a) our scoring stage: capture + raw + rollout + words (xai_ray.scoring.actor.Scorer)
@@ -13,6 +14,12 @@ On the same N reviews and model, each variant in its own process (clean peak mem
 then docs/s, the ratios a/b, a/c, a/d, e/a, and each variant's peak RSS. `--memory` instead
 compares peak RSS of (a) and (b) on one batch of 32 x 512 tokens of a random 12-layer,
 12-head, hidden-768 BERT. Run (e) inside a loopback-only network namespace (Ray).
+
+On CUDA (``--device cuda``, the default where one is present) (a), (b) and (f) run on the GPU:
+(a) and (b) in bf16 autocast with pinned copies, as the scoring actor runs, after one warm-up
+batch each; (f) in fp32, as a user's first loop would; (d) is left out. (e) is the same command
+as on CPU: its actors find the GPU themselves. ``--set KEY=VALUE`` goes to (a)'s scorer and to
+(e)'s ``xai-ray run`` alike (e.g. ``--set max_tokens_per_batch=65536``).
 """
 
 from __future__ import annotations
@@ -53,44 +60,78 @@ def batches(tokenizer, texts, max_length, budget=BUDGET):
     yield [texts[j] for j in group]
 
 
-def run_variant(variant: str, model_name: str, data: str, n: int, max_length: int) -> dict:
+def settings(pairs: list[str]) -> dict:
+    """``--set KEY=VALUE`` pairs as the scorer's config values (numbers where they parse)."""
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        for kind in (int, float):
+            try:
+                out[key] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key] = value
+    return out
+
+
+def run_variant(variant: str, args, n: int) -> dict:
     import torch
 
     from xai_ray.model.loading import load_model
 
+    cuda = args.device == "cuda"
     torch.set_num_threads(os.cpu_count() or 1)
-    ids, texts = texts_for(data, n)
+    ids, texts = texts_for(args.data, n)
     if variant == "a":
         from xai_ray.scoring.actor import Scorer
 
-        scorer = Scorer(
-            {
-                "model": model_name,
-                "max_length": max_length,
-                "methods": ["raw", "rollout"],
-                "cpus_per_actor": os.cpu_count(),
-                "max_tokens_per_batch": BUDGET,
-            }
-        )
+        config = {
+            "model": args.model,
+            "max_length": args.max_length,
+            "methods": ["raw", "rollout"],
+            "cpus_per_actor": os.cpu_count(),
+            "max_tokens_per_batch": BUDGET,
+            "gpus_per_actor": 1 if cuda else 0,
+        }
+        scorer = Scorer({**config, **settings(args.set)})
+        if cuda:  # one warm-up batch: CUDA context, cuBLAS handles, kernel choices
+            scorer({"doc_id": ids[:32], "text": texts[:32], "label": [None] * 32})
         start = time.perf_counter()
         scorer({"doc_id": ids, "text": texts, "label": [None] * len(ids)})
         return {"seconds": time.perf_counter() - start}
     attn = {"b": "sdpa", "c": "eager", "d": "eager", "f": "eager"}[variant]
-    loaded = load_model(model_name, attn_implementation=attn)
+    loaded = load_model(args.model, attn_implementation=attn, device=args.device)
     model, tok = loaded.model, loaded.tokenizer
-    start = time.perf_counter()
+    budget = settings(args.set).get("max_tokens_per_batch", BUDGET)
+
+    def forward(group):
+        enc = tok(group, truncation=True, max_length=args.max_length, padding=True, return_tensors="pt")
+        if cuda:  # as the scoring actor runs: pinned copies, bf16 autocast
+            enc = {k: v.pin_memory().to("cuda", non_blocking=True) for k, v in enc.items()}
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return model(**enc, output_attentions=(variant == "c")).logits.float().cpu()
+        return model(**enc, output_attentions=(variant == "c")).logits
+
     with torch.inference_mode():
+        if cuda and variant in "bc":
+            forward(texts[:32])  # warm-up, as for (a)
+        start = time.perf_counter()
         if variant in "bc":
-            for group in batches(tok, texts, max_length):
-                enc = tok(group, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-                model(**enc, output_attentions=(variant == "c"))
+            for group in batches(tok, texts, args.max_length, budget):
+                forward(group)
         else:
             for text in texts:
-                seed_style_review(model, tok, text, max_length, pad=(variant == "d"), words=(variant == "d"))
+                seed_style_review(
+                    model, tok, text, args.max_length, pad=(variant == "d"), words=(variant == "d"), device=args.device
+                )
+        if cuda:
+            torch.cuda.synchronize()
     return {"seconds": time.perf_counter() - start}
 
 
-def seed_style_review(model, tok, text, max_length, pad: bool, words: bool):
+def seed_style_review(model, tok, text, max_length, pad: bool, words: bool, device: str = "cpu"):
     """The seed write-up's loop for one review: padded to max_length (its token filter drops
     [PAD]), eager attention, full-matrix rollout with I added and rows renormalised, then a
     unique-token x unique-token matrix of mean rollout values, filled pair by pair."""
@@ -98,15 +139,16 @@ def seed_style_review(model, tok, text, max_length, pad: bool, words: bool):
     import torch
 
     enc = tok(text, truncation=True, max_length=max_length, return_tensors="pt", padding="max_length" if pad else False)
-    attentions = model(**enc, output_attentions=True).attentions
+    attentions = model(**{k: v.to(device) for k, v in enc.items()}, output_attentions=True).attentions
     n_tok = enc["input_ids"].shape[1]
-    rollout = torch.eye(n_tok)
+    eye = torch.eye(n_tok, device=device)
+    rollout = eye
     for layer in attentions:
-        avg = layer.mean(dim=1).squeeze(0) + torch.eye(n_tok)
+        avg = layer.mean(dim=1).squeeze(0) + eye
         avg = avg / avg.sum(dim=-1, keepdim=True)
         rollout = avg @ rollout
     if not words:
-        return rollout
+        return rollout.cpu()
     rollout = rollout.numpy()
     positions: dict[str, list[int]] = {}
     for index, token in enumerate(tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())):
@@ -157,10 +199,10 @@ def run_memory(variant: str) -> dict:
     return {"seconds": time.perf_counter() - start, "rss_before_kb": before}
 
 
-def run_e2e(model_name: str, data: str, n: int, max_length: int) -> dict:
+def run_e2e(model_name: str, data: str, n: int, max_length: int, pairs: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as store:
         start = time.perf_counter()
-        subprocess.run(
+        done = subprocess.run(
             [
                 sys.executable,
                 "-m",
@@ -177,20 +219,24 @@ def run_e2e(model_name: str, data: str, n: int, max_length: int) -> dict:
                 "--store",
                 store,
                 "--no-report",
-            ],
-            check=True,
+            ]
+            + [flag for pair in pairs for flag in ("--set", pair)],
             capture_output=True,
+            text=True,
         )
-        return {"seconds": time.perf_counter() - start}
+        seconds = time.perf_counter() - start
+        if done.returncode:
+            sys.exit(f"(e) failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        return {"seconds": seconds}
 
 
 def child(args) -> None:
     if args.memory:
         result = run_memory(args.variant)
     elif args.variant == "e":
-        result = run_e2e(args.model, args.data, args.n, args.max_length)
+        result = run_e2e(args.model, args.data, args.n, args.max_length, args.set)
     else:
-        result = run_variant(args.variant, args.model, args.data, args.n, args.max_length)
+        result = run_variant(args.variant, args, args.n)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
@@ -206,8 +252,13 @@ def spawn(args, variant: str, n: int) -> dict:
         str(args.max_length),
         "--variant",
         variant,
-    ] + (["--memory"] if args.memory else [])
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        "--device",
+        args.device,
+    ]
+    cmd += [flag for pair in args.set for flag in ("--set", pair)] + (["--memory"] if args.memory else [])
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"variant {variant} failed ({out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -220,8 +271,14 @@ def main() -> None:
     parser.add_argument("--e2e-n", type=int, default=2000)
     parser.add_argument("--skip", default="", help="variants to leave out, e.g. 'de'")
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda where present")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="to (a)'s scorer and (e)'s run")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.variant:
         return child(args)
     if args.memory:
@@ -241,7 +298,16 @@ def main() -> None:
         "f": "(f) 1 at a time, unpadded, rollout only",
     }
     rates = {}
-    print(f"model {args.model}, {args.n} IMDB reviews, max length {args.max_length}, {os.cpu_count()} CPUs")
+    if args.device == "cuda":
+        import torch
+
+        args.skip += "d"  # the seed's word loop is host work only; it says nothing of the GPU
+        where = f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
+    else:
+        where = "CPU"
+    print(f"model {args.model}, {args.n} IMDB reviews, max length {args.max_length}, {os.cpu_count()} CPUs, {where}")
+    if args.set:
+        print("settings: " + " ".join(args.set))
     print(f"{'variant':<40}{'docs/s':>9}{'seconds':>9}{'peak MB':>9}")
     for v in "abcdfe":
         if v in args.skip:

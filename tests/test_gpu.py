@@ -99,7 +99,7 @@ def test_a_whole_run_on_the_gpu_with_the_deferred_flow_stage(tmp_path):
         from xai_ray.query.connection import open_store
 
         con = open_store(tmp_path)
-        assert con.sql("select count(*) from docs where run_id = 'gpu'").fetchone()[0] == 24
+        assert con.execute("select count(*) from docs where run_id = 'gpu'").fetchall() == [(24,)]
         sums = con.sql(
             "select sum(score) as s from tokens where run_id = 'gpu' and method = 'flow' group by doc_id, layer"
         ).df()
