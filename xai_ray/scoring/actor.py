@@ -59,6 +59,8 @@ class Scorer:
         config = ScorerConfig.of(config)
         self.config = config
         torch.set_num_threads(max(1, int(config.run.cpus_per_actor or 1)))
+        # the tokenizer's batch encoding (Rust, rayon) likewise uses the actor's CPUs, not every core
+        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, int(config.run.cpus_per_actor or 1))))
         self.device = "cuda" if torch.cuda.is_available() and config.gpus_per_actor else "cpu"
         loaded = loaded or load_model(
             config.run.model,
@@ -69,6 +71,7 @@ class Scorer:
         )
         self.model, self.tokenizer, self.info = loaded.model, loaded.tokenizer, loaded.info
         self.tokenizer.padding_side = "right"  # per-document slices [:n] assume real tokens come first
+        self.specials = segments.special_tokens(self.tokenizer)  # read once, not once a review
         self.token_budget = config.run.max_tokens_per_batch
         self.max_length = min(config.run.max_length, _model_limit(self.tokenizer, self.model))
         self.options = config.attention_options()
@@ -163,22 +166,38 @@ class Scorer:
         return [[chosen[j] for j in batch] for batch in token_budget_batches(lengths, self.token_budget, padding)]
 
     def _plans(self, ids, texts, labels, good, errors) -> tuple[dict, list[int]]:
-        """Each review cut into model inputs (``segments.plan``: the head is one window); a review
-        that cannot be is an error row. For the head, a very long text is first cut at whitespace
-        (the same tokens are kept; see ``recovery.prefix_for_tokenizer``)."""
-        plans, kept = {}, []
+        """Each review cut into model inputs (``segments.plan_batch``: one tokenizer call for the
+        batch; the head is one window); a review that cannot be is an error row. For the head, a
+        very long text is first cut at whitespace (the same tokens are kept; see
+        ``recovery.prefix_for_tokenizer``)."""
+        cut_texts, failed = {}, {}
         for i in good:
             try:
-                text = texts[i]
+                cut_texts[i] = texts[i]
                 if self.long_text == "head":
-                    text = prefix_for_tokenizer(self.tokenizer, text, self.max_length)
-                plans[i] = segments.plan(self.tokenizer, text, self.max_length, self.long_text, self.stride)
-                if len(text) < len(texts[i]) and not plans[i].truncated:
-                    plans[i].truncated = self._has_tokens(texts[i][len(text) :])
-                kept.append(i)
+                    cut_texts[i] = prefix_for_tokenizer(self.tokenizer, texts[i], self.max_length)
             except Exception as err:  # recorded per row, the job goes on
+                failed[i] = err
+                del cut_texts[i]
+        order = list(cut_texts)
+        planned = segments.plan_batch(
+            self.tokenizer, [cut_texts[i] for i in order], self.max_length, self.long_text, self.stride, self.specials
+        )
+        plans = {}
+        for i, result in zip(order, planned):
+            try:
+                if isinstance(result, Exception):
+                    raise result
+                if len(cut_texts[i]) < len(texts[i]) and not result.truncated:
+                    result.truncated = self._has_tokens(texts[i][len(cut_texts[i]) :])
+                plans[i] = result
+            except Exception as err:  # recorded per row, the job goes on
+                failed[i] = err
+        for i in good:
+            if i in failed:
+                err = failed[i]
                 errors.append(self._error_row(ids[i], labels[i], f"tokenizing failed: {type(err).__name__}: {err}"))
-        return plans, kept
+        return plans, [i for i in good if i in plans]
 
     def _score(self, ids, texts, labels, chosen, plans) -> pa.Table:
         """Score reviews cut by ``segments.plan``: every model input forwarded in one batch, every
