@@ -69,7 +69,7 @@ class RunConfig(CorpusSource):
     batch_size: int = 64  # documents handed to an actor at once
     max_tokens_per_batch: int = 8192  # padded tokens per forward pass (the memory knob)
     actors: int = 0  # 0: one per GPU, else one per two CPU cores
-    gpus_per_actor: float | None = None  # None: 1 when the cluster has GPUs, else 0
+    gpus_per_actor: float | None = None  # None: a share of a GPU where the cluster has GPUs (pool.gpu_share), else 0
     cpus_per_actor: float = 1.0
     defer_flow: bool | None = None  # None: flow runs as its own CPU stage only when actors hold GPUs
     driver_rows: int = 1000  # a run selecting at most this many rows reads and screens them in the driver (data.held)

@@ -85,7 +85,7 @@ MEANINGS = {
     "batch_size": "documents handed to an actor at once",
     "max_tokens_per_batch": "padded tokens per forward pass: the memory knob",
     "actors": "scoring actors; 0: one per GPU, else one per cpus_per_actor CPUs",
-    "gpus_per_actor": "GPUs each actor holds (null: 1 when the cluster has GPUs, else 0)",
+    "gpus_per_actor": "GPUs each actor holds (null: where the cluster has GPUs, 1/4 of one with 16+ CPUs per GPU, 1/2 with 8+, else 1; 0 without GPUs)",
     "cpus_per_actor": "CPUs each actor holds (and torch threads it uses)",
     "driver_rows": "a run that selects at most this many rows (--limit, or a Parquet or aclImdb source's size) "
     "from local files of at most 256 MiB reads and screens them in the driver and hands them to the actors "

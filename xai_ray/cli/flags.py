@@ -94,13 +94,15 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
         help=f"documents handed to a scoring actor at once (default: {d('batch_size')})",
     )
     parser.add_argument(
-        "--actors", type=int, help="scoring actors; 0 = one per GPU, else one per cpus_per_actor CPUs (default: 0)"
+        "--actors",
+        type=int,
+        help="scoring actors; 0 = as many as the GPU shares (--gpus-per-actor), else one per cpus_per_actor CPUs (default: 0)",
     )
     parser.add_argument(
         "--gpus-per-actor",
         type=float,
         dest="gpus_per_actor",
-        help="GPUs per actor (default: 1 when the cluster has GPUs, else 0)",
+        help="GPUs per actor (default: with GPUs, 1/4 where a GPU has 16+ CPUs beside it, 1/2 with 8+, else 1; 0 without)",
     )
     parser.add_argument("--store", help=f"store folder or s3:// / gs:// URI (default: {d('store')})")
     parser.add_argument(
