@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xai_ray.model.attention_record import record_attention
+from xai_ray.model.compatibility import backend_compatible
 from xai_ray.model.files import ModelError, check_tokenizer, check_weights  # the files' checks (no torch)
 
 CAPTURE = "xai_capture"  # xai_ray.model.capture.CAPTURE, named here so reading a config imports no torch
@@ -204,19 +205,17 @@ REFUSED = (
 def _check_encoder(name: str, config) -> None:
     """Refuse, from the config alone, what cannot be explained: decoders, types with no
     text-classification class, and classes whose attention bypasses the attention interface."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING
-
     if getattr(config, "is_decoder", False) or getattr(config, "is_encoder_decoder", False) or _decoder_only(config):
         raise ModelError(f"model {name!r} is not an encoder classifier (decoder models are not supported)")
     if "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {}):
         return  # remote code: its class is known once loaded (load_model checks it there)
     try:
-        cls = MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING[type(config)]
+        compatible = backend_compatible(config)
     except KeyError:
         raise ModelError(
             f"model {name!r} has type {config.model_type!r}, which has no text-classification model in transformers"
         ) from None
-    if not cls.is_backend_compatible():
+    if not compatible:
         raise ModelError(REFUSED.format(name=name, kind=config.model_type))
 
 
