@@ -40,6 +40,10 @@ class ScorerHost:
         from xai_ray.model.loading import load_model
 
         torch.set_num_threads(max(1, int(cpus or 1)))
+        # The tokenizer's batch encoding (Rust, rayon) likewise uses the actor's CPUs, not every
+        # core: set here, in the actor's own process, before its first batch (a notebook's
+        # in-process scorer leaves the kernel's threads alone).
+        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, int(cpus or 1))))
         device = "cuda" if torch.cuda.is_available() and gpus else "cpu"
         self.loaded = load_model(**identity, device=device)
         self.config = self.scorer = None

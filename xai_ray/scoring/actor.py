@@ -59,8 +59,6 @@ class Scorer:
         config = ScorerConfig.of(config)
         self.config = config
         torch.set_num_threads(max(1, int(config.run.cpus_per_actor or 1)))
-        # the tokenizer's batch encoding (Rust, rayon) likewise uses the actor's CPUs, not every core
-        os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, int(config.run.cpus_per_actor or 1))))
         self.device = "cuda" if torch.cuda.is_available() and config.gpus_per_actor else "cpu"
         loaded = loaded or load_model(
             config.run.model,
