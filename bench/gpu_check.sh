@@ -22,6 +22,13 @@ step() {  # step NAME SECONDS COMMAND...: one step, its output kept in OUT/NAME.
 "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'gpu_check: no CUDA GPU here')" || exit 1
 nvidia-smi -L
 "$PY" -c "import torch, transformers, ray; print('torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__, torch.cuda.get_device_name())"
+# On the H100 (2026-11-26) 16 s passed before a run read its corpus (6 s on a 2-core CPU machine):
+# the driver's model description (transformers and torch imported in a thread) is the suspect.
+"$PY" -X importtime -c "
+import time; t = time.perf_counter()
+from xai_ray.model.loading import describe_model
+describe_model('$MODEL'); print(f'describe_model: {time.perf_counter() - t:.2f} s')" 2>"$OUT/describe_importtime.txt" | tee "$OUT/describe.txt"
+sort -t'|' -k2 -n "$OUT/describe_importtime.txt" | tail -8
 step tests 240 "$PY" -m pytest tests/test_gpu.py -m gpu -p no:cacheprovider -q
 step throughput 300 "$PY" bench/throughput.py "$MODEL" "$DATA" "$N" --e2e-n "$N" --skip c
 step throughput_budget 200 "$PY" bench/throughput.py "$MODEL" "$DATA" "$N" --e2e-n "$N" --skip cdf --set max_tokens_per_batch=32768
