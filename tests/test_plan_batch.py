@@ -59,3 +59,24 @@ def test_a_text_the_batch_call_cannot_take_fails_alone(wordpiece_tokenizer):
     assert dataclasses.asdict(together[2]) == dataclasses.asdict(
         segments.plan(wordpiece_tokenizer, texts[2], 32, "head")
     )
+
+
+def test_the_scorer_records_a_review_it_cannot_cut_and_scores_the_others(tiny_bert_dir, monkeypatch):
+    from xai_ray.scoring.actor import Scorer
+
+    scorer = Scorer({"model": tiny_bert_dir, "max_length": 32, "methods": ["raw"]})
+    bad = len(scorer.tokenizer("the film", add_special_tokens=False)["input_ids"])
+    texts = ["the film was good and the plot was fine", "the film", "the plot was boring, not good"]
+    assert bad not in {len(scorer.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts[::2]}
+    cut = segments.cut
+
+    def failing(ids, *args, **kwargs):
+        if len(ids) == bad:
+            raise ValueError("boom")
+        return cut(ids, *args, **kwargs)
+
+    monkeypatch.setattr(segments, "cut", failing)
+    table = scorer({"doc_id": ["a", "b", "c"], "text": texts, "label": [1, 0, 1]})
+    rows = {r["doc_id"]: r["error"] for r in table.select(["doc_id", "error"]).to_pylist()}
+    assert rows["a"] is None and rows["c"] is None
+    assert rows["b"] == "tokenizing failed: ValueError: boom"

@@ -95,7 +95,7 @@ def plan_batch(
     tokenizer, texts: list[str], max_length: int, mode: str, stride: int | None = None, specials=None
 ) -> list[Segments | Exception]:
     """``plan`` for many texts with one tokenizer call: the tokenizer's batch encoding (in Rust,
-    on its own threads) costs about half of one call per text on one core, and much less on many.
+    on its own threads) costs less than one call per text on one core, and much less on many.
     A text the batch call cannot take is planned alone, so its error is its own (an ``Exception``
     in its place) and the others' plans are unchanged. ``specials``: ``special_tokens(tokenizer)``,
     read once by the caller."""
@@ -104,7 +104,14 @@ def plan_batch(
         encodings = _encode_batch(tokenizer, list(texts))
     except Exception:  # one bad text fails the whole call: each on its own, errors kept per text
         return [_plan_or_error(tokenizer, text, max_length, mode, stride) for text in texts]
-    return [cut(list(e.ids), list(e.offsets), e.word_ids, specials, max_length, mode, stride) for e in encodings]
+    return [_cut_or_error(e, specials, max_length, mode, stride) for e in encodings]
+
+
+def _cut_or_error(encoding, specials, max_length, mode, stride) -> Segments | Exception:
+    try:
+        return cut(list(encoding.ids), list(encoding.offsets), encoding.word_ids, specials, max_length, mode, stride)
+    except Exception as err:  # this text's error alone: the caller records it as its row
+        return err
 
 
 def _encode_batch(tokenizer, texts: list[str]) -> list:
