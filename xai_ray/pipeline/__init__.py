@@ -267,7 +267,7 @@ def score(rows, cfg: RunConfig):
     # One task per batch, two at once per actor of the pool, each handing its batch to whichever
     # actor is free (pipeline.pool): the second waits with its batch in hand, so a free actor gets
     # its next batch at once instead of after Ray Data schedules a task (on a tiny model, one actor,
-    # 3,000 reviews, 2 cores: scoring 27 s against 29.7). Batches are not queued behind a busy
+    # 3,000 reviews, 2 cores: scoring 27.3 and 26.8 s against 30.8 and 28.5). Batches are not queued behind a busy
     # actor (Ray Data's default of 2 an actor left one of two CPU actors idle for the last 29 s of
     # a 600-review run). The tasks only wait: they ask for no CPU. A killed actor is restarted and
     # its batch run again (pool.start); application errors are recorded by the scorer.

@@ -171,21 +171,19 @@ class Scorer:
         cut_texts, failed = {}, {}
         for i in good:
             try:
-                cut_texts[i] = texts[i]
-                if self.long_text == "head":
-                    cut_texts[i] = prefix_for_tokenizer(self.tokenizer, texts[i], self.max_length)
+                head = self.long_text == "head"
+                cut_texts[i] = prefix_for_tokenizer(self.tokenizer, texts[i], self.max_length) if head else texts[i]
             except Exception as err:  # recorded per row, the job goes on
                 failed[i] = err
-                del cut_texts[i]
-        order = list(cut_texts)
         planned = segments.plan_batch(
-            self.tokenizer, [cut_texts[i] for i in order], self.max_length, self.long_text, self.stride, self.specials
+            self.tokenizer, list(cut_texts.values()), self.max_length, self.long_text, self.stride, self.specials
         )
         plans = {}
-        for i, result in zip(order, planned):
+        for i, result in zip(cut_texts, planned):
+            if isinstance(result, Exception):
+                failed[i] = result
+                continue
             try:
-                if isinstance(result, Exception):
-                    raise result
                 if len(cut_texts[i]) < len(texts[i]) and not result.truncated:
                     result.truncated = self._has_tokens(texts[i][len(cut_texts[i]) :])
                 plans[i] = result
