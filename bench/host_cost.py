@@ -56,7 +56,7 @@ from xai_ray.store.files import write_parquet  # noqa: E402
 from xai_ray.store.parts import ROW_GROUP_ROWS  # noqa: E402
 from xai_ray.store.schemas import LAYOUT  # noqa: E402
 from xai_ray.store.tables import parquet_options, part_tables  # noqa: E402
-from xai_ray.words import join_contractions, merge_batch  # noqa: E402
+from xai_ray.words import APOSTROPHE, TAIL, WORDLIKE, merge_batch  # noqa: E402
 
 TOKENS, WORDS = 512, 400
 SHAPES = {"MiniLM": (6, ("raw", "rollout")), "bert-base": (12, ("raw", "rollout", "grad_rollout"))}
@@ -143,11 +143,48 @@ def old_word_spans(index, n_words, offsets) -> list:
     return list(zip(starts, ends))
 
 
+def old_join_contractions(
+    texts: list[str], spans: list[tuple[int | None, int]], text: str
+) -> tuple[list[int], list[str]]:
+    """``words.join_contractions`` as it was: every word walked in Python."""
+    n = len(texts)
+
+    def touch(a: int, b: int) -> bool:
+        return spans[a][0] is not None and spans[b][0] is not None and spans[a][1] == spans[b][0]
+
+    first = list(range(n))
+    last = list(range(n))
+    # every join needs the next word to start with an apostrophe: the rest skip the patterns
+    opens = [bool(t) and t[0] in "'\u2019" for t in texts] + [False]
+    i = 0
+    while i < n:
+        j = i
+        if opens[i + 1] and WORDLIKE.fullmatch(texts[i]):
+            while opens[j + 1]:
+                if j + 1 < n and touch(j, j + 1) and TAIL.fullmatch(texts[j + 1]):
+                    j += 1
+                elif (
+                    j + 2 < n
+                    and touch(j, j + 1)
+                    and touch(j + 1, j + 2)
+                    and APOSTROPHE.fullmatch(texts[j + 1])
+                    and WORDLIKE.fullmatch(texts[j + 2])
+                ):
+                    j += 2
+                else:
+                    break
+        for w in range(i, j + 1):
+            first[w], last[w] = i, j
+        i = j + 1
+    joined = [texts[w] if first[w] == last[w] else text[spans[first[w]][0] : spans[last[w]][1]] for w in range(n)]
+    return first, joined
+
+
 def old_document_row(doc: dict, n_words: int, n_layers: int) -> dict:
     index, text = doc["index"], doc["text"]
     spans = old_word_spans(index, n_words, doc["offsets"])
     words = [text[s:e].strip() if s is not None else "" for s, e in spans]
-    word_span, word_joined = join_contractions(words, spans, text)
+    word_span, word_joined = old_join_contractions(words, spans, text)
     return {
         "doc_id": doc["doc_id"],
         "text": text,

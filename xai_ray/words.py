@@ -7,6 +7,7 @@ of its pieces' scores. Special tokens have no word id and are left out.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -32,20 +33,39 @@ def word_index(word_ids: list) -> tuple[np.ndarray, int]:
 
 def word_spans(index: np.ndarray, n_words: int, offsets) -> list[tuple[int | None, int]]:
     """Each word's (start, end) character span in the text: from its first piece's start to its
-    last piece's end (start None for a word with no offsets). One pass over the pieces in numpy."""
+    last piece's end (start None for a word with no offsets). One pass over the pieces in numpy:
+    a word's pieces follow one another, so each word is one run of equal indexes, reduced at once."""
     index = np.asarray(index, dtype=np.int64)
     keep = index >= 0
     if n_words == 0 or not keep.any():
         return [(None, 0)] * n_words
-    spans = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)[keep]  # (pieces, 2)
+    spans = _pairs(offsets)[keep]  # (pieces, 2)
     words = index[keep]
     starts = np.full(n_words, np.iinfo(np.int64).max)
     ends = np.zeros(n_words, dtype=np.int64)
-    np.minimum.at(starts, words, spans[:, 0])
-    np.maximum.at(ends, words, spans[:, 1])
+    runs = np.flatnonzero(np.r_[True, words[1:] != words[:-1]])  # where each run of one word begins
+    ids = words[runs]
+    one_run = bool((ids[1:] > ids[:-1]).all())  # increasing: no word in two runs
+    if one_run:  # every word in one run (a tokenizer's order): reduce each run
+        starts[ids] = np.minimum.reduceat(spans[:, 0], runs)
+        ends[ids] = np.maximum.reduceat(spans[:, 1], runs)
+    else:  # a word's pieces apart: gather them wherever they are
+        np.minimum.at(starts, words, spans[:, 0])
+        np.maximum.at(ends, words, spans[:, 1])
+    if one_run and len(ids) == n_words:  # every word has pieces: no None to place
+        return list(zip(starts.tolist(), ends.tolist(), strict=True))
     seen = np.zeros(n_words, dtype=bool)
     seen[words] = True
-    return [(s if ok else None, e) for s, e, ok in zip(starts.tolist(), ends.tolist(), seen.tolist())]
+    return [(s if ok else None, e) for s, e, ok in zip(starts.tolist(), ends.tolist(), seen.tolist(), strict=True)]
+
+
+def _pairs(offsets) -> np.ndarray:
+    """(n, 2) int64 from a tokenizer's list of (start, end) tuples (or an array): one iterator over
+    the flat ints, half the time of ``np.asarray`` on tuples."""
+    if isinstance(offsets, np.ndarray):
+        return offsets.astype(np.int64, copy=False).reshape(-1, 2)
+    flat = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64, count=2 * len(offsets))
+    return flat.reshape(-1, 2)
 
 
 def word_texts(index: np.ndarray, n_words: int, offsets, text: str) -> list[str]:
@@ -69,30 +89,34 @@ def join_contractions(texts: list[str], spans: list[tuple[int | None, int]], tex
         return spans[a][0] is not None and spans[b][0] is not None and spans[a][1] == spans[b][0]
 
     first = list(range(n))
-    last = list(range(n))
-    # every join needs the next word to start with an apostrophe: the rest skip the patterns
-    opens = [bool(t) and t[0] in "'\u2019" for t in texts] + [False]
-    i = 0
-    while i < n:
+    joined = list(texts)
+    # Every join needs the next word to start with an apostrophe: only the words before one are
+    # tried (a few in a review), left to right, each after the unit before it has ended.
+    candidates = [k - 1 for k in range(1, n) if texts[k][:1] in ("'", "\u2019")]
+    opens = set(k + 1 for k in candidates)
+    done = -1  # the last word of the last unit formed
+    for i in candidates:
+        if i <= done or not WORDLIKE.fullmatch(texts[i]):
+            continue
         j = i
-        if opens[i + 1] and WORDLIKE.fullmatch(texts[i]):
-            while opens[j + 1]:
-                if j + 1 < n and touch(j, j + 1) and TAIL.fullmatch(texts[j + 1]):
-                    j += 1
-                elif (
-                    j + 2 < n
-                    and touch(j, j + 1)
-                    and touch(j + 1, j + 2)
-                    and APOSTROPHE.fullmatch(texts[j + 1])
-                    and WORDLIKE.fullmatch(texts[j + 2])
-                ):
-                    j += 2
-                else:
-                    break
-        for w in range(i, j + 1):
-            first[w], last[w] = i, j
-        i = j + 1
-    joined = [texts[w] if first[w] == last[w] else text[spans[first[w]][0] : spans[last[w]][1]] for w in range(n)]
+        while j + 1 in opens:
+            if j + 1 < n and touch(j, j + 1) and TAIL.fullmatch(texts[j + 1]):
+                j += 1
+            elif (
+                j + 2 < n
+                and touch(j, j + 1)
+                and touch(j + 1, j + 2)
+                and APOSTROPHE.fullmatch(texts[j + 1])
+                and WORDLIKE.fullmatch(texts[j + 2])
+            ):
+                j += 2
+            else:
+                break
+        if j > i:
+            unit = text[spans[i][0] : spans[j][1]]
+            for w in range(i, j + 1):
+                first[w], joined[w] = i, unit
+            done = j
     return first, joined
 
 

@@ -99,10 +99,19 @@ def score_arrays(name: str, tokens, word_raw, word_scores, n_tokens: np.ndarray,
 def table_of(schema: pa.Schema, meta: list[dict], columns: dict) -> pa.Table:
     """The batch's table: the score columns as built (``score_arrays``), every other column from
     the documents' ``meta`` (a few values per document; absent keys are null)."""
-    arrays = [
-        columns[f.name] if f.name in columns else pa.array([m.get(f.name) for m in meta], type=f.type) for f in schema
-    ]
+    arrays = [columns[f.name] if f.name in columns else _column([m.get(f.name) for m in meta], f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _column(values: list, kind: pa.DataType) -> pa.Array:
+    """One column from one value per document; a list column whose values are all numpy arrays (a
+    document's word index) from their concatenation, not an Arrow conversion per element."""
+    if pa.types.is_list(kind) and values and all(isinstance(v, np.ndarray) for v in values):
+        offsets = np.zeros(len(values) + 1, dtype=np.int32)
+        np.cumsum([len(v) for v in values], out=offsets[1:])
+        flat = np.concatenate(values).astype(kind.value_type.to_pandas_dtype(), copy=False)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, type=kind.value_type), type=kind)
+    return pa.array(values, type=kind)
 
 
 def review_meta(
