@@ -8,9 +8,9 @@ the model does not otherwise need; the answers are kept in the user's cache fold
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
+from xai_ray.model.answers import keep, kept
+
+FILE = "backend-compatible.json"
 
 
 def backend_compatible(config) -> bool:
@@ -32,20 +32,9 @@ def backend_compatible(config) -> bool:
     if class_name is None:  # a type registered at run time, or none: ask the mapping itself
         return bool(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING[type(config)].is_backend_compatible())
     key = f"{transformers.__version__} {config.model_type} {class_name}"
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xai-ray" / "backend-compatible.json"
-    try:
-        known = json.loads(cache.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
-    if isinstance(known, dict) and isinstance(known.get(key), bool):
-        return known[key]
+    answer = kept(FILE).get(key)
+    if isinstance(answer, bool):
+        return answer
     verdict = bool(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING[type(config)].is_backend_compatible())
-    known = {**(known if isinstance(known, dict) else {}), key: verdict}
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        staged = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        staged.write_text(json.dumps(known, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(staged, cache)  # whole or not at all, for runs starting side by side
-    except OSError:  # a read-only home: the next run asks the class again
-        pass
+    keep(FILE, key, verdict)
     return verdict

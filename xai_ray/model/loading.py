@@ -26,6 +26,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from xai_ray.model.answers import keep, kept
 from xai_ray.model.attention_record import record_attention
 from xai_ray.model.compatibility import backend_compatible
 from xai_ray.model.files import ModelError, check_tokenizer, check_weights  # the files' checks (no torch)
@@ -119,13 +120,8 @@ def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: 
     local = Path(path).is_dir()
     if not local and (path.startswith((".", "/", "~")) or Path(path).exists()):
         raise ModelError(f"model path {path!r} is not a folder holding a Hugging Face model")
-    if local and not trust_remote_code and _ships_code(Path(path)):
-        raise ModelError(
-            f"model folder {path!r} ships its own code (auto_map in config.json); it runs only with "
-            "--set trust_remote_code=true (explain: --trust-remote-code), after you have read it"
-        )
-    if local and not (Path(path) / "config.json").is_file():
-        raise ModelError(f"model folder {path!r} holds no config.json, so it is no Hugging Face model folder")
+    if local:
+        _check_code(Path(path), trust_remote_code)
     try:
         with _quiet_transformers():  # its warnings on a foreign config would bury our one sentence
             config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -142,6 +138,23 @@ def read_model_config(name: str, allow_pickle: bool = False, trust_remote_code: 
         check_weights(Path(path), allow_pickle)
         check_tokenizer(Path(path))
     return path, config
+
+
+def check_folder(folder: Path, allow_pickle: bool, trust_remote_code: bool) -> None:
+    """A local model folder's own checks, in ``read_model_config``'s order, without its config read."""
+    _check_code(folder, trust_remote_code)
+    check_weights(folder, allow_pickle)
+    check_tokenizer(folder)
+
+
+def _check_code(folder: Path, trust_remote_code: bool) -> None:
+    if not trust_remote_code and _ships_code(folder):
+        raise ModelError(
+            f"model folder {str(folder)!r} ships its own code (auto_map in config.json); it runs only with "
+            "--set trust_remote_code=true (explain: --trust-remote-code), after you have read it"
+        )
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"model folder {str(folder)!r} holds no config.json, so it is no Hugging Face model folder")
 
 
 @contextlib.contextmanager
@@ -169,18 +182,57 @@ def _ships_code(folder: Path) -> bool:
 
 
 def describe_model(name: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> dict:
-    """What the run manifest records of a model, read from its config alone."""
-    path, config = read_model_config(name, allow_pickle, trust_remote_code)
-    return {
-        "name": name,
-        "path": path,
-        "model_type": config.model_type,
-        "n_layers": _n_layers(config),
-        "n_heads": _n_heads(config),
-        "labels": label_names(config),
-        "allow_pickle": allow_pickle,
-        "trust_remote_code": trust_remote_code,
-    }
+    """What the run manifest records of a model, read from its config alone.
+
+    A local folder's description is kept (``model.answers``) under its config.json's sha256, the
+    transformers version and these rules' version, and read back from there: the same bytes read
+    by the same transformers give the same answer, and the driver of a run then never imports
+    transformers or torch (about 1.5 s of CPU on this project's 2-core machine). The folder's
+    own checks (its code, weights and tokenizer files) run every time; remote code is never kept,
+    since its answer depends on more files than config.json."""
+    path = resolve_model_path(name)
+    key = _description_key(Path(path)) if not trust_remote_code else None
+    found = _kept_description(key)
+    if found is None:
+        path, config = read_model_config(name, allow_pickle, trust_remote_code)
+        found = {
+            "model_type": config.model_type,
+            "n_layers": _n_layers(config),
+            "n_heads": _n_heads(config),
+            "labels": label_names(config),
+        }
+        if key is not None:
+            keep(DESCRIPTIONS, key, {**found, "labels": {str(k): v for k, v in found["labels"].items()}})
+    else:
+        check_folder(Path(path), allow_pickle, trust_remote_code)
+    return {"name": name, "path": path, **found, "allow_pickle": allow_pickle, "trust_remote_code": trust_remote_code}
+
+
+DESCRIPTIONS = "descriptions.json"
+RULES = 1  # bump when what describe_model derives from a config changes: older kept answers then go unread
+
+
+def _description_key(folder: Path) -> str | None:
+    """The key of a local folder's description: its config.json's bytes, transformers' version,
+    these rules; None for a name that is no local folder with a config.json (a Hub id)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        config = (folder / "config.json").read_bytes()
+        transformers = version("transformers")
+    except (OSError, PackageNotFoundError):
+        return None
+    return f"{RULES} {transformers} {hashlib.sha256(config).hexdigest()}"
+
+
+def _kept_description(key: str | None) -> dict | None:
+    found = kept(DESCRIPTIONS).get(key) if key else None
+    try:
+        labels = {int(k): str(v) for k, v in found["labels"].items()}
+        return {"model_type": str(found["model_type"]), "n_layers": int(found["n_layers"]),
+                "n_heads": int(found["n_heads"]), "labels": labels}  # fmt: skip
+    except (TypeError, KeyError, ValueError, AttributeError):  # none kept, or not what this writes
+        return None
 
 
 def label_names(config, num_labels: int | None = None) -> dict[int, str]:
