@@ -111,7 +111,7 @@ def whole_run(variant: str, model: str, data: str, n: int, against: str | None =
 
 MARKS = (
     ("until reading", "reading "),
-    ("Ray start", "starting "),
+    ("until actors start", "starting "),
     ("screening", "screened "),
     ("scoring", "published run "),
     ("summary", "top_words"),
@@ -119,13 +119,16 @@ MARKS = (
 
 
 def phases(log: str, start: float, total: float) -> dict:
-    """Seconds of each phase, from the log's timestamps (the rest: summary, report, exit)."""
-    found, last = {}, start
+    """Seconds of each phase, from the log's timestamps, in the order the marks came (the actors
+    start before the corpus is read on the command line); the rest: summary, report, exit."""
+    at = {}
     for name, mark in MARKS:
         match = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\s.*" + re.escape(mark), log, re.M)
         if match:
-            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            found[name], last = at - last, at
+            at[name] = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    found, last = {}, start
+    for name in sorted(at, key=at.get):
+        found[name], last = at[name] - last, at[name]
     found["report, exit"] = start + total - last
     return found
 

@@ -86,14 +86,14 @@ def run(cfg: RunConfig) -> RunResult:
         try:
             model = _describe(cfg)
             resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
+            if runtime.one_run_only():  # Ray is up already (_describe): the actors load while the corpus is planned
+                _start_early(cfg)
             corpus = read(cfg)
             if cfg.rationales:  # a missing column or unreadable source: one sentence, before Ray
                 from xai_ray.pipeline.plausibility import read_rationales
 
                 read_rationales(cfg)
-            ensure_ray()
-            check_actor_fits(actor_gpus(cfg), cfg.cpus_per_actor)  # before the staging exists
-            start_actors(cfg, early=True)  # they load the model while the corpus is screened
+            _start_early(cfg)  # they load the model while the corpus is screened
         except BaseException:  # refused before anything was scored: leave no log or empty store behind
             _remove_refused(logged, created)
             raise
@@ -104,6 +104,14 @@ def run(cfg: RunConfig) -> RunResult:
             writer.abort(keep_parts=bool(writer.stage.records))
             raise
         return publish(screened, cfg, model=model, writer=writer, started=started)
+
+
+def _start_early(cfg: RunConfig) -> None:
+    """Ray, and the scoring actors where they hold no CPU that screening waits for (one node); a
+    second call finds both running (``pool.start`` returns the warm pool for the same model)."""
+    ensure_ray()
+    check_actor_fits(actor_gpus(cfg), cfg.cpus_per_actor)  # before the staging exists
+    start_actors(cfg, early=True)
 
 
 def _describe(cfg: RunConfig) -> dict:
