@@ -81,6 +81,30 @@ def test_report_is_self_contained(report_file):
     assert "<img src=x" not in page and "<script>document.title" not in page
 
 
+def test_every_chart_the_report_builds_is_valid_vega_lite(report_file):
+    """The report builds its charts without altair's validation (charts.unchecked); here every one
+    of them is validated against the Vega-Lite schema, and the page holds exactly their specs."""
+    import altair as alt
+
+    from xai_ray.report import charts
+    from xai_ray.report.blocks import Fragment
+    from xai_ray.report.context import context
+    from xai_ray.report.page import build_sections
+
+    store = report_file.parent / "store"
+    sections = build_sections(context(store, "r1", load_definition(None), None))
+    built = [item for s in sections for item in s.items if not isinstance(item, Fragment)]
+    assert len(built) >= len(SECTIONS)
+    with alt.data_transformers.disable_max_rows():
+        for chart in built:
+            assert chart.to_dict(validate=True) == charts.spec(chart)  # raises on a spec Vega-Lite refuses
+    assert report_file.read_text().count("vegaEmbed('#chart-") == len(built)
+    broken = alt.Chart(pd.DataFrame({"x": [1]})).mark_bar().encode(x="x:Q")
+    broken["mark"] = {"type": "no-such-mark"}
+    with pytest.raises(Exception, match="no-such-mark"):  # the check above can fail
+        broken.to_dict(validate=True)
+
+
 def test_report_size_does_not_carry_the_corpus(report_file):
     # The Vega bundle is ~0.9 MB; the data behind the charts is aggregates only.
     assert report_file.stat().st_size < 3_000_000

@@ -16,9 +16,18 @@ AXIS = {"lift": "mean lift per review (1 = even spread)", "share": "mean share o
 def spec(chart) -> dict:
     """A chart's Vega-Lite spec, its data inline however many rows it has: the page holds them
     anyway, and altair's default limit (5,000) is passed by a deep model's heads (48 layers x 12
-    heads x 9 statistics) or a long review's words on a 12-layer model."""
+    heads x 9 statistics) or a long review's words on a 12-layer model. Not validated against the
+    Vega-Lite schema here (see ``unchecked``)."""
     with alt.data_transformers.disable_max_rows():
-        return chart.to_dict()
+        return chart.to_dict(validate=False)
+
+
+def unchecked():
+    """A context in which charts are built without altair validating each piece against the
+    Vega-Lite schema as it is made: jsonschema took 0.6 of a report's 1.9 s (the README job's
+    report, 2 cores). Every chart a report builds is validated by the tests instead
+    (``tests/test_report.py``), whose specs come from the same code."""
+    return alt.utils.schemapi.debug_mode(False)
 
 
 def _interval_tooltip() -> list:

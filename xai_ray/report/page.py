@@ -31,7 +31,7 @@ def build_sections(ctx: Context, what: str = "report") -> list[Section]:
     from xai_ray.progress import Progress
 
     sections = []
-    with Progress(len(ctx.definition["sections"]), what, "sections") as bar:
+    with Progress(len(ctx.definition["sections"]), what, "sections") as bar, charts.unchecked():
         for name in ctx.definition["sections"]:
             section = BUILDERS[name](ctx)
             if section is not None:
