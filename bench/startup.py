@@ -11,7 +11,10 @@ In one run, each in its own process, on the same N reviews (default 200, the REA
   fwd    the bare forward of the same reviews: fused SDPA, length-sorted batches, no capture; the
          forward alone (its process's imports and model load not counted)
 then each run's phases from its log (until reading, Ray and screening, scoring, publishing and
-the rest) and the ratios run/fwd (goal <= 2) and run/old.
+the rest), the ratios run/fwd (goal <= 2) and run/old, and the CPU seconds behind each: the
+machine's busy time while a run ran (/proc/stat: its actors, Ray's processes, the driver), the
+forward's own process time; a run's CPU seconds over the machine's cores bound its wall time from
+below.
 
 ``--against CHECKOUT`` adds ``base``: the same command from another checkout of xai-ray (e.g. a
 ``git worktree`` of an earlier commit), for a before/after of whole runs; ``--repeats R`` runs the
@@ -37,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def forward_seconds(model_name: str, data: str, n: int, max_length: int) -> float:
+def forward_seconds(model_name: str, data: str, n: int, max_length: int) -> tuple[float, float]:
     import torch
     from throughput import batches, texts_for
 
@@ -47,11 +50,11 @@ def forward_seconds(model_name: str, data: str, n: int, max_length: int) -> floa
     _, texts = texts_for(data, n)
     loaded = load_model(model_name, attn_implementation="sdpa")
     model, tok = loaded.model, loaded.tokenizer
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         for group in batches(tok, texts, max_length):
             model(**tok(group, truncation=True, max_length=max_length, padding=True, return_tensors="pt"))
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def old_score(rows, cfg):
@@ -102,11 +105,19 @@ def whole_run(variant: str, model: str, data: str, n: int, against: str | None =
             cmd = [sys.executable, __file__, "--old-cli", *args]
         code = against if variant == "base" else str(ROOT)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([code, os.environ.get("PYTHONPATH", "")])}
-        start = time.time()
+        start, busy = time.time(), busy_cpu()
         subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=code)  # `-m` puts the cwd first
-        seconds = time.time() - start
+        seconds, cpu = time.time() - start, busy_cpu() - busy
         logs = list((Path(store) / "logs").glob("*.log"))
-        return {"seconds": seconds, "phases": phases(logs[0].read_text(), start, seconds) if logs else {}}
+        return {"seconds": seconds, "cpu": cpu, "phases": phases(logs[0].read_text(), start, seconds) if logs else {}}
+
+
+def busy_cpu() -> float:
+    """The machine's busy CPU seconds so far, every process's (/proc/stat: all but idle and iowait):
+    a run's actors, Ray's processes and the driver together, which no one process's clock sees."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 MARKS = (
@@ -146,7 +157,8 @@ def main() -> None:
     parser.add_argument("--forward-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.forward_only:
-        print(json.dumps({"seconds": forward_seconds(args.model, args.data, args.n, 512)}))
+        seconds, cpu = forward_seconds(args.model, args.data, args.n, 512)
+        print(json.dumps({"seconds": seconds, "cpu": cpu}))
         return
     print(f"model {args.model}, {args.n} IMDB reviews (the README's main job), {os.cpu_count()} CPUs")
     fwd_cmd = [sys.executable, __file__, args.model, args.data, str(args.n), "--forward-only"]
@@ -157,7 +169,7 @@ def main() -> None:
         for name in variants:
             runs[name].append(whole_run(name, args.model, args.data, args.n, args.against))
     results = {name: sorted(done, key=lambda r: r["seconds"])[len(done) // 2] for name, done in runs.items()}
-    print(f"{'fwd: bare forward (SDPA, batched)':<44}{fwd['seconds']:>8.1f} s")
+    print(f"{'fwd: bare forward (SDPA, batched)':<44}{fwd['seconds']:>8.1f} s   (CPU {fwd['cpu']:.1f} s)")
     labels = {
         "run": "run: xai-ray run, whole",
         "base": f"base: xai-ray run from {Path(args.against or '.').name}",
@@ -165,7 +177,7 @@ def main() -> None:
     }
     for name, result in results.items():
         parts = ", ".join(f"{k} {v:.1f}" for k, v in result["phases"].items())
-        print(f"{labels[name]:<44}{result['seconds']:>8.1f} s   ({parts})")
+        print(f"{labels[name]:<44}{result['seconds']:>8.1f} s   (CPU {result['cpu']:.1f} s; {parts})")
     if args.repeats > 1:
         for name, done in runs.items():
             print(f"  {name} runs: " + ", ".join(f"{r['seconds']:.1f}" for r in done) + " s")
@@ -173,6 +185,9 @@ def main() -> None:
         print(f"ratio base/fwd: {results['base']['seconds'] / fwd['seconds']:.2f}")
         print(f"ratio run/base: {results['run']['seconds'] / results['base']['seconds']:.2f}")
     print(f"ratio run/fwd: {results['run']['seconds'] / fwd['seconds']:.2f}   goal <= 2")
+    # On C cores a run cannot take less than its CPU seconds / C, however well its parts overlap.
+    floor = results["run"]["cpu"] / (os.cpu_count() or 1)
+    print(f"CPU run/fwd: {results['run']['cpu'] / fwd['cpu']:.2f}; wall floor of run on these cores: {floor:.1f} s")
     if "old" in results:
         print(f"ratio old/fwd: {results['old']['seconds'] / fwd['seconds']:.2f}")
         print(f"ratio run/old: {results['run']['seconds'] / results['old']['seconds']:.2f}")
