@@ -118,3 +118,26 @@ def test_units_equal_the_rule_walked_over_every_word(seed):
         text += word
         at += len(word)
     assert join_contractions(texts, spans, text) == units_by_hand(texts, spans, text)
+
+
+def test_a_batch_table_holds_the_same_lists_whichever_way_each_column_came():
+    """``rows.table_of``: list columns given as numpy arrays (a document's word index, its
+    probabilities) are concatenated in one step; the table equals Arrow's own conversion."""
+    import pyarrow as pa
+
+    from xai_ray.scoring.rows import table_of
+
+    schema = pa.schema(
+        [("word_index", pa.list_(pa.int32())), ("probs", pa.list_(pa.float32())), ("heads", pa.list_(pa.float64()))]
+    )
+    meta = [
+        {"word_index": np.array([-1, 0, 0, 1, -1]), "probs": np.array([0.25, 0.75], np.float32), "heads": None},
+        {"word_index": np.array([], dtype=np.int64), "probs": np.array([1.0, 0.0], np.float32), "heads": None},
+        {"word_index": np.array([-1, 0, -1]), "probs": np.array([0.5, 0.5], np.float32), "heads": np.array([1.5, 2.0])},
+    ]
+    built = table_of(schema, meta, {})
+    by_arrow = pa.Table.from_pylist(
+        [{k: (None if v is None else v.tolist()) for k, v in m.items()} for m in meta], schema=schema
+    )
+    assert built.equals(by_arrow)
+    assert built.column("word_index").to_pylist() == [[-1, 0, 0, 1, -1], [], [-1, 0, -1]]

@@ -106,7 +106,7 @@ def table_of(schema: pa.Schema, meta: list[dict], columns: dict) -> pa.Table:
 def _column(values: list, kind: pa.DataType) -> pa.Array:
     """One column from one value per document; a list column whose values are all numpy arrays (a
     document's word index) from their concatenation, not an Arrow conversion per element."""
-    if pa.types.is_list(kind) and values and all(isinstance(v, np.ndarray) for v in values):
+    if pa.types.is_list(kind) and values and all(isinstance(v, np.ndarray) and v.ndim == 1 for v in values):
         offsets = np.zeros(len(values) + 1, dtype=np.int32)
         np.cumsum([len(v) for v in values], out=offsets[1:])
         flat = np.concatenate(values).astype(kind.value_type.to_pandas_dtype(), copy=False)
