@@ -72,7 +72,7 @@ class RunConfig(CorpusSource):
     gpus_per_actor: float | None = None  # None: a share of a GPU where the cluster has GPUs (pool.gpu_share), else 0
     cpus_per_actor: float = 1.0
     defer_flow: bool | None = None  # None: flow runs as its own CPU stage only when actors hold GPUs
-    driver_rows: int = 1000  # a run selecting at most this many rows reads and screens them in the driver (data.held)
+    driver_rows: int = 10_000  # a run selecting at most this many rows reads and screens them in the driver (data.held)
     # outputs
     store: str = "store"
     run_id: str | None = None

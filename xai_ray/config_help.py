@@ -89,7 +89,8 @@ MEANINGS = {
     "cpus_per_actor": "CPUs each actor holds (and torch threads it uses)",
     "driver_rows": "a run that selects at most this many rows (--limit, or a Parquet or aclImdb source's size) "
     "from local files of at most 256 MiB reads and screens them in the driver and hands them to the actors "
-    "itself, without Ray Data's start-up costs; 0: always stream the corpus through Ray Data",
+    "itself and writes their parts, without Ray Data's executions (5,000 IMDB reviews on 2 CPUs: 0.87x the "
+    "streamed run's time); 0: always stream the corpus through Ray Data",
     "defer_flow": "run flow in its own CPU stage (null: only when actors hold GPUs)",
     "store": "the store folder or object-store URI (s3://, gs://, file://) runs are published into",
     "run_id": "the run's id (null: a UTC timestamp plus a random suffix)",
