@@ -82,7 +82,7 @@ def synthetic_block(n_docs: int, seed: int) -> pa.Table:
         }
         for method in METHODS:
             scores = rng.random((LAYERS, TOKENS), dtype=np.float32)
-            raw, shares = words_of(scores, index, float64=method == "flow")
+            raw, shares = words_of(scores, index)
             row[f"scores_{method}"] = scores.ravel()
             row[f"word_scores_{method}"] = shares.ravel()
             row[f"word_raw_{method}"] = raw.ravel()
@@ -90,15 +90,12 @@ def synthetic_block(n_docs: int, seed: int) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=row_schema(METHODS))
 
 
-def words_of(scores: np.ndarray, index: np.ndarray, float64: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def words_of(scores: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(raw (L, W), shares (L, W)) as the scorer makes them from token scores (L, N): a word's raw
     score the float32 sum of its tokens' (``words.merge_batch``), its share that over the review's
-    total (in float64 for the CPU stage's methods, flow among them, then rounded to float32)."""
+    float32 total (every method, the CPU stage's flow among them: ``scoring.rows.score_columns``)."""
     raw = np.zeros((scores.shape[0], WORDS), dtype=np.float32)
     np.add.at(raw.T, index[index >= 0], scores[:, index >= 0].T)
-    if float64:
-        wide = raw.astype(np.float64)
-        return raw, (wide / wide.sum(axis=1, keepdims=True)).astype(np.float32)
     return raw, raw / raw.sum(axis=1, keepdims=True, dtype=np.float32)
 
 

@@ -22,7 +22,7 @@ import pytest
 from xai_ray.query.connection import open_store
 from xai_ray.scoring.rows import row_schema
 from xai_ray.store import layout
-from xai_ray.store.scores_v3 import divisors
+from xai_ray.store.divisors import divisors
 from xai_ray.store.writer import RunWriter
 
 F32 = np.float32
@@ -186,3 +186,34 @@ def test_each_kind_of_row_sits_in_row_groups_of_its_own_with_the_statistics_a_fi
     # words holding their token's score (a, it, b; gone, whose row has no token), the word keeping
     # it apart (unlike), then the other rows ([CLS], ##like, [SEP] x 2): no group mixes two kinds
     assert groups == [(4, 0, 4), (1, 0, 0), (5, 5, 5)]
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_the_cpu_stage_shares_are_kept_as_a_divisor_not_a_column(tmp_path, signed):
+    # the CPU stage (flow, and the methods run after a GPU actor) builds a row's words with
+    # score_columns: sums in float64 stored as float32, shares divided in float32 as the batched path
+    from xai_ray.scoring.rows import score_columns
+
+    rng = np.random.default_rng(5)
+    index = np.array([-1, 0, 0, 1, 2, 2, 2, 3, -1])
+    scores = rng.normal(size=(2, len(index))) if signed else rng.gamma(0.5, size=(2, len(index)))
+    columns = score_columns("raw", scores, index, 4, signed)
+    row = {
+        **{key: value.tolist() for key, value in columns.items()},
+        **{"doc_id": "c", "text": "w x y z", "label": 1, "pred": 1, "probs": [0.5, 0.5], "n_tokens": 9},
+        **{"n_layers": 2, "truncated": False, "tokens": [f"t{i}" for i in range(9)], "word_index": index.tolist()},
+        **{"words": list("wxyz"), "word_span": [0, 1, 2, 3], "word_joined": list("wxyz"), "model_fingerprint": "f"},
+    }
+    writer = RunWriter(tmp_path, "cpu", ["raw"], layout=3)
+    writer.write(pa.Table.from_pylist([row], schema=row_schema(["raw"])))
+    writer.publish({"created_at": "cpu", "config": {"methods": ["raw"]}})
+    (part,) = (layout.run_dir(tmp_path, "cpu") / "token_scores").glob("*.parquet")
+    assert not [name for name in pq.read_schema(part).names if name.startswith("share:")]
+    # the shares read back bit for bit, against a float32 division written here
+    raw = np.zeros((2, 4))
+    np.add.at(raw.T, index[index >= 0], scores[:, index >= 0].T)
+    raw = raw.astype(F32)
+    total = (np.abs(raw) if signed else raw).sum(axis=1, keepdims=True, dtype=F32)
+    expected = (raw / total).astype(F32)
+    got = open_store(tmp_path).execute("select layer, word_id, score from words order by layer, word_id").fetchall()
+    assert np.array([s for *_, s in got], dtype=F32).view(np.int32).tolist() == expected.ravel().view(np.int32).tolist()

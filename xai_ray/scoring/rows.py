@@ -65,10 +65,12 @@ def score_columns(name: str, scores: np.ndarray, index: np.ndarray, n_words: int
     """One document's (L, n) token scores -> its method's row columns: token scores, word sums,
     renormalised words (``signed`` methods: absolute values sum to 1). For the CPU stage after a
     GPU actor (``deferred``), which adds a host method to rows one at a time."""
-    word_raw = merge_scores(scores, index, n_words)  # (L, W)
+    word_raw = merge_scores(scores, index, n_words).astype(np.float32)  # (L, W) summed in float64
+    # shares from the stored float32 sums, divided in float32 as the batched path divides: the
+    # store then keeps one divisor per review and layer instead of every share (``store.scores_v3``)
     return {
         f"scores_{name}": scores.astype(np.float32).ravel(),
-        f"word_raw_{name}": word_raw.astype(np.float32).ravel(),
+        f"word_raw_{name}": word_raw.ravel(),
         f"word_scores_{name}": normalise(word_raw, signed).astype(np.float32).ravel(),
     }
 

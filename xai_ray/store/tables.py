@@ -77,8 +77,8 @@ class PartTables:
 
     def merged(self) -> dict[str, pa.Table]:
         """One table per slice folder (a slice's dictionary-encoded columns unified across batches;
-        layout 3's word rows first, ``scores_v3.words_first``)."""
-        return {folder: scores_v3.words_first(_concat(parts)) for folder, parts in self.tables.items()}
+        layout 3's batches joined run by run, ``scores_v3.in_runs``)."""
+        return {folder: _concat(scores_v3.in_runs(parts)) for folder, parts in self.tables.items()}
 
     def rows(self) -> dict[str, int]:
         return {folder: sum(t.num_rows for t in parts) for folder, parts in self.tables.items()}
