@@ -217,3 +217,30 @@ def test_the_cpu_stage_shares_are_kept_as_a_divisor_not_a_column(tmp_path, signe
     expected = (raw / total).astype(F32)
     got = open_store(tmp_path).execute("select layer, word_id, score from words order by layer, word_id").fetchall()
     assert np.array([s for *_, s in got], dtype=F32).view(np.int32).tolist() == expected.ravel().view(np.int32).tolist()
+
+
+def test_a_batch_whose_reviews_have_no_words_is_written(tmp_path):
+    # a review of zero-width spaces tokenizes to [CLS] [SEP] only: no word, so no divisor to find;
+    # alone in its batch, and beside a review with words
+    def row(doc_id, tokens, index, words):
+        n = len(tokens)
+        scores = np.full((2, n), 1.0 / n, dtype=F32)
+        raw, share = scorer_words(scores, index, len(words))
+        return {
+            **{"doc_id": doc_id, "text": " ".join(words) or "\u200b", "label": 1, "pred": 1, "probs": [0.5, 0.5]},
+            **{"n_tokens": n, "n_layers": 2, "truncated": False, "tokens": tokens, "word_index": index},
+            **{"words": words, "word_span": list(range(len(words))), "word_joined": words, "model_fingerprint": "f"},
+            **{"scores_raw": scores.ravel(), "word_raw_raw": raw.ravel(), "word_scores_raw": share.ravel()},
+        }
+
+    empty = row("empty", ["[CLS]", "[SEP]"], [-1, -1], [])
+    worded = row("worded", ["[CLS]", "good", "[SEP]"], [-1, 0, -1], ["good"])
+    for run_id, rows in (("alone", [empty]), ("beside", [empty, worded])):
+        writer = RunWriter(tmp_path, run_id, ["raw"], layout=3)
+        writer.write(pa.Table.from_pylist(rows, schema=row_schema(["raw"])))
+        writer.publish({"created_at": run_id, "config": {"methods": ["raw"]}})
+    con = open_store(tmp_path)
+    counts = "select run_id, count(*) from {} group by run_id order by run_id"
+    assert con.execute(counts.format("docs")).fetchall() == [("alone", 1), ("beside", 2)]
+    assert con.execute(counts.format("tokens")).fetchall() == [("alone", 4), ("beside", 10)]  # 2 layers
+    assert con.execute("select doc_id, layer, score from words").fetchall() == [("worded", 1, 1.0), ("worded", 2, 1.0)]

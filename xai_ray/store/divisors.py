@@ -30,6 +30,8 @@ def divisors(raw: np.ndarray, shares: np.ndarray, word_doc: np.ndarray, n_docs: 
     starts = np.cumsum(counts) - counts  # (D,) each document's first word
     divisor = np.full(n_docs, np.nan, dtype=np.float32)
     exact = counts == 0  # a document without words needs none
+    if exact.all():  # no words at all (a batch of reviews with none): nothing to find, nothing to index
+        return divisor, exact
     probe_ok = np.arange(PROBE)[None, :] < counts[:, None]  # (D, PROBE) the words a document has
     probe = np.where(probe_ok, starts[:, None] + np.arange(PROBE)[None, :], 0)  # (D, PROBE) their indices
     with np.errstate(all="ignore"):
