@@ -50,6 +50,7 @@ WRONG = [
     ("head_fusion=median", ["head_fusion", "one of mean, max, min"]),
     ("residual=add", ["residual=half"]),
     ("methods=[1, 2]", ["methods", "list of names"]),
+    ("methods=raw,rollout,raw", ["methods names raw more than once"]),  # a second copy's columns clash
     ("extra=[1]", ["extra", "mapping"]),
     # not a key, not a plain YAML value
     ("batch_sise=4", ["unknown config key 'batch_sise'", "batch_size"]),

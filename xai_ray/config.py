@@ -111,6 +111,9 @@ class RunConfig(CorpusSource):
         for name in self.methods:
             if name not in REGISTRY:
                 raise ConfigError(f"unknown method {name!r} in methods; known methods: {', '.join(sorted(REGISTRY))}")
+        twice = sorted({name for name in self.methods if self.methods.count(name) > 1})
+        if twice:  # each method is a set of columns in the store: a second copy has nowhere to go
+            raise ConfigError(f"methods names {', '.join(twice)} more than once: {', '.join(self.methods)}")
         check_target(self.target)
         if not self.evaluate_fractions or not all(0.0 < f <= 1.0 for f in self.evaluate_fractions):
             raise ConfigError(f"evaluate_fractions must be shares in (0, 1], got {list(self.evaluate_fractions)}")
