@@ -63,3 +63,19 @@ def test_error_share_over_the_limit_exits_3_and_under_it_0(ray_cluster, tmp_path
     assert "1 of 4 documents failed (25.0%), more than --max-error-share 20.0%; 3 scored" in capsys.readouterr().err
     assert cli.main(_run(tmp_path, data, tiny_bert_dir, "--set", "max_error_share=0.25")) == 0
     assert cli.main(_run(tmp_path, data, tiny_bert_dir)) == 0  # no limit: only "all failed" fails
+
+
+def test_a_command_whose_corpus_is_all_rejected_exits_3_every_time(tmp_path, tiny_bert_dir):
+    # the command lets Ray go on a thread before its summary; a handle on Ray's objects freed while
+    # that thread shut Ray down ended the process with status 1 (most runs of a streamed corpus
+    # without a report, whose summary is over quickly). Three runs, each must say why and exit 3.
+    import subprocess
+    import sys
+
+    data = tmp_path / "numbers.parquet"
+    pd.DataFrame({"id": ["a", "b"], "text": [1, 2], "label": [0, 1]}).to_parquet(data)  # no text to score
+    for attempt in range(3):
+        args = _run(tmp_path, str(data), tiny_bert_dir, "--set", "driver_rows=0", "--run-id", f"all-rejected-{attempt}")
+        done = subprocess.run([sys.executable, "-m", "xai_ray.cli", *args], capture_output=True, text=True, timeout=300)
+        assert done.returncode == EXIT_ERRORS, (attempt, done.stderr[-2000:])
+        assert "every document failed: 0 of 2 scored, 2 in errors" in done.stderr

@@ -58,6 +58,9 @@ class Held:
     def n_input(self) -> int:
         return self.counts["rows"]
 
+    def let_go(self) -> None:
+        """Nothing to drop (``Screened.let_go``): these rows are the driver's own."""
+
     def todo(self, heads: HeadDocs | None = None) -> pa.Table:
         """The rows to score (``doc_id, text, label, heads_sample, heads_stats``), longest first;
         ``heads``: the documents marked for head statistics and similarity (as ``Screened.todo``)."""

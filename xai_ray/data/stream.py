@@ -209,6 +209,12 @@ class Screened:
     def n_input(self) -> int:
         return self.counts["rows"]
 
+    def let_go(self) -> None:
+        """Drop this corpus's handles on Ray's object store (the verdicts, the sampled rows), once
+        the run no longer reads them: a handle freed while Ray shuts down ends the process."""
+        self.verdicts = []
+        self.corpus = replace(self.corpus, chosen=None)
+
     def todo(self, batch_size: int, heads: HeadDocs | None = None, blocks: int = 0):
         """The second pass: a Ray Dataset of the rows to score (``doc_id, text, label, heads_sample,
         heads_stats``), each block longest first (batches of similar lengths pad little), in blocks of

@@ -103,6 +103,7 @@ def run(cfg: RunConfig) -> RunResult:
         except BaseException:
             writer.abort(keep_parts=bool(writer.stage.records))
             raise
+        del corpus  # its handles on Ray's objects are screened's alone, dropped before Ray goes (publish)
         return publish(screened, cfg, model=model, writer=writer, started=started)
 
 
@@ -180,6 +181,8 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
 
         manifest["counts"] = {**manifest.get("counts", {}), **add_plausibility(cfg, run_id)}
     if runtime.one_run_only():  # nothing below uses Ray: the command's exit need not wait for it
+        rows = None  # a handle on Ray's objects freed while Ray shuts down would end the process
+        screened.let_go()
         pool.release()
         runtime.release_if_done()
     summary = aggregate(cfg.store, run_id, cfg.top_k)
