@@ -7,9 +7,8 @@ import json
 import sys
 
 from xai_ray.cli import flags
+from xai_ray.cli.printing import TABLE_ROWS, print_rows
 from xai_ray.config import ConfigError
-
-TABLE_ROWS = 500
 
 
 def add_parsers(sub) -> None:
@@ -159,7 +158,7 @@ def cmd_sql(args) -> int:
 
     limits = limits_of(args)
     with contextlib.closing(isolated.stream(local_store(args.store), args.query, limits)) as batches:
-        _print((batch.to_pandas() for batch in batches), args.format)
+        print_rows(batches, args.format)
     return 0
 
 
@@ -193,7 +192,9 @@ def cmd_topk(args) -> int:
             exclude=args.exclude,
         )
         leaning = _lean_lines(con, args, method) if args.by == "pred" else []
-    _print([frame], args.format)
+    import pyarrow as pa
+
+    print_rows([pa.Table.from_pandas(frame, preserve_index=False)], args.format)
     for line in leaning:  # after the table; on stderr when the rows are csv or json, which stay parseable
         print(f"xai-ray: {line}", file=sys.stdout if args.format == "table" else sys.stderr)
     return 0
@@ -282,41 +283,6 @@ def cmd_explain(args) -> int:
         )
     print(f"{out} ({out.stat().st_size / 1e6:.1f} MB)")
     return 0
-
-
-def _print(frames, fmt: str) -> None:
-    """Print DataFrames as they come (a stream of record batches): csv and json write every row
-    without holding them all; a table is aligned, so it shows the first ``TABLE_ROWS``."""
-    if fmt == "csv":
-        for number, frame in enumerate(frames):
-            frame.to_csv(sys.stdout, index=False, header=number == 0)
-    elif fmt == "json":
-        opened = False
-        for frame in frames:
-            for record in json.loads(frame.to_json(orient="records")):
-                sys.stdout.write(",\n " if opened else "[\n ")
-                sys.stdout.write(json.dumps(record, indent=1).replace("\n", "\n "))
-                opened = True
-        sys.stdout.write("\n]\n" if opened else "[]\n")
-    else:
-        _print_table(frames)
-    sys.stdout.flush()
-
-
-def _print_table(frames) -> None:
-    import pandas as pd
-
-    shown, more = [], False
-    for frame in frames:
-        shown.append(frame)
-        if sum(len(f) for f in shown) > TABLE_ROWS:
-            more = True
-            break
-    frame = pd.concat(shown, ignore_index=True).head(TABLE_ROWS) if shown else pd.DataFrame()
-    with pd.option_context("display.max_columns", 50, "display.width", 160):
-        print(frame.to_string(index=False) if not frame.empty else "(no rows)")
-    if more:
-        print(f"(first {TABLE_ROWS} rows shown; --format csv or json prints every row)")
 
 
 COMMANDS = {"sql": cmd_sql, "topk": cmd_topk, "report": cmd_report, "explain": cmd_explain}

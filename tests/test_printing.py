@@ -1,0 +1,78 @@
+"""``xai-ray sql`` and ``topk`` print what the query returned: every value as DuckDB writes it, in
+csv, json and the aligned table (``cli.printing``). Given Arrow rows, expected text, by hand."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+
+import pyarrow as pa
+import pytest
+
+from xai_ray.cli import printing
+
+
+def printed(capsys, batches, fmt: str) -> str:
+    printing.print_rows(batches, fmt)
+    return capsys.readouterr().out
+
+
+def test_a_whole_number_beside_a_null_stays_whole_and_null_stays_apart_from_nan(capsys):
+    big = pa.table({"id": pa.array([9007199254740993, None, 7], pa.int64())})
+    assert printed(capsys, [big], "csv") == 'id\n9007199254740993\n""\n7\n'  # a lone empty field is quoted
+    assert json.loads(printed(capsys, [big], "json")) == [{"id": 9007199254740993}, {"id": None}, {"id": 7}]
+    assert printed(capsys, [big], "table").splitlines() == [
+        "              id",
+        "9007199254740993",
+        "            NULL",
+        "               7",
+    ]
+    floats = pa.table({"x": pa.array([float("nan"), None, float("inf"), 0.5]), "n": ["a", "b", "c", "d"]})
+    assert printed(capsys, [floats], "csv") == "x,n\nnan,a\n,b\ninf,c\n0.5,d\n"
+    text = printed(capsys, [floats], "json")
+    assert '"x":NaN' in text and '"x":null' in text and '"x":Infinity' in text  # three different values
+    rows = json.loads(text)  # Python's reader takes NaN and Infinity
+    assert rows[1] == {"x": None, "n": "b"} and rows[2]["x"] == float("inf") and rows[0]["x"] != rows[0]["x"]
+
+
+def test_dates_decimals_lists_structs_and_intervals_read_as_in_duckdb(capsys):
+    table = pa.table(
+        {
+            "when": pa.array([dt.datetime(2026, 1, 2, 3, 4, 5)], pa.timestamp("us")),
+            "day": pa.array([dt.date(2026, 1, 2)]),
+            "price": pa.array([decimal.Decimal("1.50")], pa.decimal128(4, 2)),
+            "scores": pa.array([[1.0, float("nan"), None]]),
+            "pair": pa.array([{"a": 1, "b": "x"}]),
+            "gap": pa.array([pa.MonthDayNano([0, 3, 0])], pa.month_day_nano_interval()),
+        }
+    )
+    assert printed(capsys, [table], "csv").splitlines() == [
+        "when,day,price,scores,pair,gap",
+        "2026-01-02 03:04:05,2026-01-02,1.50,\"[1.0, nan, NULL]\",\"{'a': 1, 'b': x}\",3 days",
+    ]
+    (row,) = json.loads(printed(capsys, [table], "json"))
+    assert row["when"] == "2026-01-02 03:04:05" and row["day"] == "2026-01-02" and row["gap"] == "3 days"
+    assert row["price"] == 1.5 and row["pair"] == {"a": 1, "b": "x"} and row["scores"][2] is None
+
+
+def test_any_column_name_comes_back_as_it_was_named(capsys):
+    # names a row alias or a struct_pack could trip on, and a name the result repeats
+    table = pa.Table.from_arrays([pa.array([1]), pa.array([2]), pa.array([3])], names=['t "q"', "shown", "shown"])
+    assert printed(capsys, [table], "csv").splitlines() == ['"t ""q""",shown,shown', "1,2,3"]
+    assert json.loads(printed(capsys, [table], "json")) == [{'t "q"': 1, "shown": 2, "shown_1": 3}]
+
+
+def test_batches_stream_with_one_header_and_a_table_shows_its_first_rows(capsys, monkeypatch):
+    batches = [pa.record_batch({"k": pa.array([i, i + 1]), "w": ["a\nb", "c"]}) for i in (0, 2, 4)]
+    assert printed(capsys, batches, "csv") == 'k,w\n0,"a\nb"\n1,c\n2,"a\nb"\n3,c\n4,"a\nb"\n5,c\n'
+    assert [r["k"] for r in json.loads(printed(capsys, batches, "json"))] == [0, 1, 2, 3, 4, 5]
+    monkeypatch.setattr(printing, "TABLE_ROWS", 3)
+    lines = printed(capsys, batches, "table").splitlines()
+    assert lines[:4] == ["k  w", "0  a b", "1  c", "2  a b"]  # a newline inside a value stays on its row
+    assert lines[4] == "(first 3 rows shown; --format csv or json prints every row)" and len(lines) == 5
+
+
+@pytest.mark.parametrize("fmt,expected", [("csv", "k\n"), ("json", "[]\n"), ("table", "(no rows)\n")])
+def test_no_rows(capsys, fmt, expected):
+    assert printed(capsys, [pa.table({"k": pa.array([], pa.int64())})], fmt) == expected

@@ -1,0 +1,116 @@
+"""Query results on stdout as csv, json or an aligned table, every value as DuckDB writes it.
+
+Rows arrive as Arrow record batches (``query.isolated.stream``) and are printed as they come.
+DuckDB renders each value, so what is printed is what the query returned: a BIGINT stays a whole
+number beside a NULL, NULL and NaN stay apart, dates and timestamps are ISO text, DECIMALs keep
+their digits, and lists, structs and intervals read as in DuckDB. csv: a header, then one line a
+row, NULL an empty field. json: one array of objects (DuckDB's ``to_json``: NaN and Infinity are
+written as the literals Python's and JavaScript's readers know, not as null). table: the first
+``TABLE_ROWS`` rows aligned, NULL written as NULL.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Iterable, Iterator
+
+TABLE_ROWS = 500
+
+
+def print_rows(batches: Iterable, fmt: str) -> None:
+    """Print ``batches`` (one schema) in ``fmt``: csv and json stream every row, a table shows the
+    first ``TABLE_ROWS``."""
+    if fmt == "csv":
+        _csv(batches)
+    elif fmt == "json":
+        _json(batches)
+    else:
+        _table(batches)
+    sys.stdout.flush()
+
+
+def _csv(batches) -> None:
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    header = False
+    for names, rows in _as_text(batches):
+        if not header:
+            out.writerow(names)
+            header = True
+        out.writerows(["" if value is None else value for value in row] for row in rows)
+
+
+def _json(batches) -> None:
+    opened = False
+    for _, rows in _as_text(batches, json=True):
+        for (record,) in rows:
+            sys.stdout.write(",\n " if opened else "[\n ")
+            sys.stdout.write(record)
+            opened = True
+    sys.stdout.write("\n]\n" if opened else "[]\n")
+
+
+def _table(batches) -> None:
+    names, shown, more, right = [], [], False, []
+    for names, rows in _as_text(batches, keep_types=right):  # noqa: B007 (the last batch's names: every batch's)
+        shown.extend(rows)
+        if len(shown) > TABLE_ROWS:
+            more = True
+            break
+    if not shown:
+        print("(no rows)")
+        return
+    cells = [["NULL" if value is None else value.replace("\n", " ") for value in row] for row in shown[:TABLE_ROWS]]
+    widths = [max(len(name), *(len(row[k]) for row in cells)) for k, name in enumerate(names)]
+    line = lambda values: "  ".join(  # noqa: E731
+        value.rjust(width) if numeric else value.ljust(width) for value, width, numeric in zip(values, widths, right)
+    ).rstrip()
+    print(line(names))
+    for row in cells:
+        print(line(row))
+    if more:
+        print(f"(first {TABLE_ROWS} rows shown; --format csv or json prints every row)")
+
+
+def _as_text(batches, json: bool = False, keep_types: list | None = None) -> Iterator[tuple[list[str], list[tuple]]]:
+    """(column names, rows) for each Arrow batch or table, every value rendered by DuckDB: as VARCHAR
+    (None for NULL), or with ``json`` one ``to_json`` object a row. ``keep_types`` gets, once,
+    whether each column is a number (right-aligned in a table)."""
+    import duckdb
+    import pyarrow as pa
+
+    numbers = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
+
+    con = duckdb.connect(":memory:")  # formats rows already fetched: no store, no user SQL here
+    for batch in batches:
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        names = table.schema.names
+        if keep_types is not None and not keep_types:
+            keep_types.extend(any(test(field.type) for test in numbers) for field in table.schema)
+        con.register("shown", table.rename_columns([f"c{k}" for k in range(len(names))]))
+        if json:  # named back here: a column may be called anything, a row alias included
+            fields = ", ".join(f"{_quoted(name)} := c{k}" for k, name in enumerate(_distinct(names)))
+            query = f"select to_json(struct_pack({fields}))::varchar from shown"
+        else:
+            query = "select " + ", ".join(f"c{k}::varchar" for k in range(len(names))) + " from shown"
+        yield names, con.execute(query).fetchall()
+        con.unregister("shown")
+
+
+def _distinct(names: list[str]) -> list[str]:
+    """A json object's keys: a name the result repeats gets _1, _2... as DuckDB names such columns."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        key = name
+        while key.lower() in seen:
+            seen[name.lower()] += 1
+            key = f"{name}_{seen[name.lower()]}"
+        seen[key.lower()] = 0
+        seen.setdefault(name.lower(), 0)
+        out.append(key)
+    return out
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
