@@ -407,6 +407,24 @@ def test_layer_heatmap_and_curves_facet_by_method():
     assert fields(curves)["x"] == ("layer", "ordinal") and fields(curves)["color"] == ("word", "nominal")
 
 
+def test_the_word_curves_of_a_method_without_rows_are_empty_not_an_error():
+    # a run whose lead method scored no row at the model's last layer (a start_layer past it, from
+    # a version that let one through): the section draws nothing instead of failing the report
+    from xai_ray.report.sections import _curves
+
+    words = pd.DataFrame(
+        {
+            "method": ["raw", "raw"],
+            "layer": pd.array([1, 2], "int32"),
+            "word_id": pd.array([0, 1], "int32"),
+            "word": ["film", "good"],
+            "score": [0.4, 0.6],
+        }
+    )
+    assert _curves(words, "rollout").empty
+    assert _curves(words, "raw")["word"].tolist() == ["001 good"]  # the last layer's top word
+
+
 def test_confusion_names_the_classes():
     counts = pd.DataFrame({"label": [0, 1], "pred": [1, 1], "documents": [2, 3]})
     spec = charts.confusion(counts, LABELS).to_dict()

@@ -174,3 +174,15 @@ def test_a_refused_run_keeps_a_store_that_was_there(tmp_path, capsys, tiny_model
     status = cli.main(["run", "--data", str(tmp_path / "none.csv"), "--model", tiny_model_dir, "--store", str(store)])
     assert status == 2
     assert sorted(p.name for p in store.rglob("*")) == ["earlier.log", "logs"]
+
+
+def test_a_start_layer_past_the_models_last_layer_is_refused_before_anything_is_scored(tmp_path, capsys, tiny_bert_dir):
+    data = tmp_path / "reviews.csv"
+    data.write_text("id,text,label\na,a good film,1\n")
+    store = tmp_path / "store"
+    status = cli.main(
+        ["run", "--data", str(data), "--model", tiny_bert_dir, "--store", str(store), "--set", "start_layer=3"]
+    )
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and err == "xai-ray: start_layer is 3 but the model has 2 layers: give a layer from 1 to 2"
+    assert not (store / "runs").exists()

@@ -215,6 +215,15 @@ def check_target(target) -> None:
         raise ConfigError("target is empty: use pred, label, a class index (0, 1, ...) or a label name")
 
 
+def check_start_layer(start_layer: int, n_layers: int) -> None:
+    """``start_layer`` against the model's layers, before anything is scored: a layer past the last
+    would leave rollout and its kin without a single score."""
+    if start_layer > n_layers:
+        raise ConfigError(
+            f"start_layer is {start_layer} but the model has {n_layers} layers: give a layer from 1 to {n_layers}"
+        )
+
+
 def resolve_target(target, labels: dict) -> str | int:
     """``pred`` or ``label`` as they are, or the index of the class a fixed ``target`` names (an
     index, or one of the model's label names ``labels``: {index: name}), checked against the model."""

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xai_ray import pipeline, runtime
-from xai_ray.config import ConfigError, RunConfig
+from xai_ray.config import ConfigError, RunConfig, check_start_layer
 from xai_ray.model.loading import describe_model
 from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.scoring.segments import resolve_mode
@@ -82,6 +82,7 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
     # the libraries' chatter (weight loading, Ray's executor lines) into the night's log, as `run` does
     with nightly_lock(local), native_stderr_into(route_noise(store_layout.run_log(local, run_id))):
         model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
+        check_start_layer(cfg.start_layer, model["n_layers"])
         key = scoring_key(cfg)
         runs = matching_runs(local, key, date)
         scored, published, counts = 0, run_id in store_layout.list_runs(local), None

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xai_ray import runtime
-from xai_ray.config import RunConfig, resolve_target
+from xai_ray.config import RunConfig, check_start_layer, resolve_target
 from xai_ray.data.head_docs import head_docs
 from xai_ray.methods import REGISTRY
 from xai_ray.model.loading import describe_model
@@ -86,6 +86,7 @@ def run(cfg: RunConfig) -> RunResult:
         try:
             model = _describe(cfg)
             resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
+            check_start_layer(cfg.start_layer, model["n_layers"])
             if runtime.one_run_only():  # Ray is up already (_describe): the actors load while the corpus is planned
                 _start_early(cfg)
             corpus = read(cfg)

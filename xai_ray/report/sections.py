@@ -193,8 +193,8 @@ def _curves(words: pd.DataFrame, main_method: str) -> pd.DataFrame:
     """The review's top words by the main method's last layer, followed through every layer."""
     last = words[(words.method == main_method) & (words.layer == words.layer.max())]
     top_ids = last.nlargest(CURVE_WORDS, "score")["word_id"]
-    chosen = words[words.word_id.isin(top_ids)]
-    return chosen.assign(word=chosen["word_id"].map("{:03d} ".format) + chosen["word"])
+    chosen = words[words.word_id.isin(top_ids)]  # none where the method has no row at the last layer
+    return chosen.assign(word=chosen["word_id"].map("{:03d} ".format).astype(str) + chosen["word"].astype(str))
 
 
 def highlights(ctx: Context) -> Section | None:
