@@ -86,3 +86,39 @@ def test_remote_code_is_never_kept_and_a_broken_cache_is_read_as_empty(tiny_bert
     key = next(iter(_kept(tmp_path)))
     (tmp_path / "xai-ray" / "descriptions.json").write_text(json.dumps({key: {"model_type": "bert"}}))  # half an answer
     assert describe_model(str(tiny_bert_dir))["n_heads"] > 0  # read afresh
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model_type": "deberta"},
+        {"n_layers": 0},
+        {"n_layers": 7},
+        {"n_heads": -3},
+        {"labels": {"0": "negative", "1": "neutral", "2": "positive"}},
+        {"labels": {"1": "negative", "2": "positive"}},
+    ],
+    ids=["type", "no-layer", "other-layers", "heads", "a-third-class", "classes-from-1"],
+)
+def test_a_kept_answer_that_config_json_contradicts_is_not_believed(tiny_bert_dir, tmp_path, monkeypatch, change):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, folder)
+    fresh = describe_model(str(folder))
+    ((key, entry),) = _kept(tmp_path).items()
+    (tmp_path / "xai-ray" / "descriptions.json").write_text(json.dumps({key: {**entry, **change}}))
+    assert describe_model(str(folder)) == fresh  # read from the folder again, and kept again as it is
+    assert _kept(tmp_path)[key] == entry
+
+
+def test_a_cache_file_that_cannot_be_read_or_written_costs_only_the_question(tiny_bert_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cache = tmp_path / "xai-ray"
+    cache.mkdir()
+    (cache / "descriptions.json").write_text("[" * 100_000 + "]" * 100_000)  # deeper than json can nest
+    fresh = describe_model(tiny_bert_dir)
+    assert fresh["model_type"] == "bert"
+    (cache / "descriptions.json").unlink()
+    (cache / "descriptions.json").mkdir()  # its name taken by a folder: nothing can be written
+    assert describe_model(tiny_bert_dir) == fresh
+    assert not list(cache.glob("*.tmp"))  # no staged file left behind

@@ -8,6 +8,7 @@ be written only costs the next command the question: a cache never changes an an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -21,7 +22,7 @@ def kept(name: str) -> dict:
     """The answers in cache file ``name`` ({} when it is missing, unreadable or not an object)."""
     try:
         answers = json.loads(cache_file(name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: a file of deeply nested brackets
         return {}
     return answers if isinstance(answers, dict) else {}
 
@@ -31,10 +32,11 @@ def keep(name: str, key: str, answer) -> None:
     starting side by side), silently not where the folder cannot be written."""
     path = cache_file(name)
     answers = {**kept(name), key: answer}
+    staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        staged = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         staged.write_text(json.dumps(answers, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(staged, path)
-    except OSError:  # a read-only home: the next command asks again
-        pass
+    except OSError:  # a read-only home, or the file's name taken by a folder: the next command asks again
+        with contextlib.suppress(OSError):
+            staged.unlink(missing_ok=True)

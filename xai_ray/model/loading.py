@@ -26,9 +26,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from xai_ray.model.answers import keep, kept
 from xai_ray.model.attention_record import record_attention
 from xai_ray.model.compatibility import backend_compatible
+from xai_ray.model.descriptions import description_key, keep_description, kept_description
 from xai_ray.model.files import ModelError, check_tokenizer, check_weights  # the files' checks (no torch)
 
 CAPTURE = "xai_capture"  # xai_ray.model.capture.CAPTURE, named here so reading a config imports no torch
@@ -184,15 +184,15 @@ def _ships_code(folder: Path) -> bool:
 def describe_model(name: str, allow_pickle: bool = False, trust_remote_code: bool = False) -> dict:
     """What the run manifest records of a model, read from its config alone.
 
-    A local folder's description is kept (``model.answers``) under its config.json's sha256, the
+    A local folder's description is kept (``model.descriptions``) under its config.json's sha256, the
     transformers version and these rules' version, and read back from there: the same bytes read
     by the same transformers give the same answer, and the driver of a run then never imports
     transformers or torch (about 1.5 s of CPU on this project's 2-core machine). The folder's
     own checks (its code, weights and tokenizer files) run every time; remote code is never kept,
     since its answer depends on more files than config.json."""
     path = resolve_model_path(name)
-    key = _description_key(Path(path)) if not trust_remote_code else None
-    found = _kept_description(key)
+    key = description_key(Path(path)) if not trust_remote_code else None
+    found = kept_description(key, Path(path))
     if found is None:
         path, config = read_model_config(name, allow_pickle, trust_remote_code)
         found = {
@@ -202,37 +202,10 @@ def describe_model(name: str, allow_pickle: bool = False, trust_remote_code: boo
             "labels": label_names(config),
         }
         if key is not None:
-            keep(DESCRIPTIONS, key, {**found, "labels": {str(k): v for k, v in found["labels"].items()}})
+            keep_description(key, found)
     else:
         check_folder(Path(path), allow_pickle, trust_remote_code)
     return {"name": name, "path": path, **found, "allow_pickle": allow_pickle, "trust_remote_code": trust_remote_code}
-
-
-DESCRIPTIONS = "descriptions.json"
-RULES = 1  # bump when what describe_model derives from a config changes: older kept answers then go unread
-
-
-def _description_key(folder: Path) -> str | None:
-    """The key of a local folder's description: its config.json's bytes, transformers' version,
-    these rules; None for a name that is no local folder with a config.json (a Hub id)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        config = (folder / "config.json").read_bytes()
-        transformers = version("transformers")
-    except (OSError, PackageNotFoundError):
-        return None
-    return f"{RULES} {transformers} {hashlib.sha256(config).hexdigest()}"
-
-
-def _kept_description(key: str | None) -> dict | None:
-    found = kept(DESCRIPTIONS).get(key) if key else None
-    try:
-        labels = {int(k): str(v) for k, v in found["labels"].items()}
-        return {"model_type": str(found["model_type"]), "n_layers": int(found["n_layers"]),
-                "n_heads": int(found["n_heads"]), "labels": labels}  # fmt: skip
-    except (TypeError, KeyError, ValueError, AttributeError):  # none kept, or not what this writes
-        return None
 
 
 def label_names(config, num_labels: int | None = None) -> dict[int, str]:
