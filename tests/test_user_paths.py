@@ -4,6 +4,7 @@ exit status 2, and nothing left behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -138,4 +139,27 @@ def test_a_broken_manifest_is_one_sentence(tmp_path, capsys):
         for argv in (["sql", "select 1"], ["topk"], ["report", "--out", str(tmp_path / "r.html")]):
             err = _one_sentence([argv[0], "--store", str(tmp_path / "store"), *argv[1:]], capsys)
             assert "manifest" in err and ("cannot be read" in err or "is not a JSON object" in err), err
+            assert "process failed" not in err  # sql's child says the sentence itself
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(
+    "manifest,words",
+    [
+        ({}, "names run None, not the folder's"),
+        ({"run_id": "other"}, "names run 'other', not the folder's"),
+        ({"run_id": 5}, "its run_id is 5"),
+        ({"run_id": "r", "config": []}, "its config is []"),
+        ({"run_id": "r", "config": {"methods": [1]}}, "its config.methods is 1"),
+        ({"run_id": "r", "counts": {"docs": True}}, "its counts.docs is True"),
+        ({"run_id": "r", "model": {"n_layers": "six"}}, "its model.n_layers is 'six'"),
+    ],
+)
+def test_a_manifest_of_another_shape_is_one_sentence(tmp_path, capsys, manifest, words):
+    run = tmp_path / "store" / "runs" / "run_id=r"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    for argv in (["sql", "select 1"], ["topk"], ["report", "--out", str(tmp_path / "r.html")]):
+        err = _one_sentence([argv[0], "--store", str(tmp_path / "store"), *argv[1:]], capsys)
+        assert words in err and "restore it or move the run folder out of the store" in err, err
+        assert "process failed" not in err

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from xai_ray.query.limits import Limits, QueryError
 from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
+from xai_ray.store import StoreError
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import RUNS
 from xai_ray.store.schemas import TABLES as SCHEMAS
@@ -138,27 +139,46 @@ def _empty(table: str) -> pa.Table:
 
 
 def _runs_table(run_dirs: list[Path]) -> pa.Table:
-    rows = []
-    for folder in run_dirs:
-        manifest = store_layout.read_manifest(folder / store_layout.MANIFEST)
-        config = manifest.get("config", {})
-        counts = manifest.get("counts", {})
-        rows.append(
-            {
-                "run_id": manifest["run_id"],
-                "created_at": manifest.get("created_at"),
-                "model": config.get("model"),
-                "model_fingerprint": manifest.get("model", {}).get("fingerprint"),
-                "data": config.get("data"),
-                "methods": ",".join(config.get("methods", [])),
-                "n_layers": manifest.get("model", {}).get("n_layers"),
-                "n_docs": counts.get("docs"),
-                "n_errors": counts.get("errors"),
-                "seconds": manifest.get("timings", {}).get("total_s"),
-                "manifest": json.dumps(manifest, sort_keys=True),
-            }
+    return pa.Table.from_pylist([_run_row(folder) for folder in run_dirs], schema=RUNS)
+
+
+def _run_row(folder: Path) -> dict:
+    """A published run's ``runs`` row from its manifest; a manifest of another shape (another
+    program's, or edited by hand) is one sentence naming what is wrong, never misread."""
+    path = folder / store_layout.MANIFEST
+    manifest = store_layout.read_manifest(path)
+
+    def field(where: dict, key: str, kinds: tuple, name: str):
+        value = where.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            raise StoreError(
+                f"manifest {str(path)!r} is not a run's manifest: its {name} is {value!r}; restore it or move "
+                "the run folder out of the store"
+            )
+        return value
+
+    parts = {key: field(manifest, key, (dict,), key) or {} for key in ("config", "counts", "model", "timings")}
+    config, counts, model = parts["config"], parts["counts"], parts["model"]
+    run_id = field(manifest, "run_id", (str,), "run_id")
+    if run_id is None or folder.name != f"run_id={run_id}":
+        raise StoreError(
+            f"manifest {str(path)!r} names run {run_id!r}, not the folder's; restore it or move the run folder "
+            "out of the store"
         )
-    return pa.Table.from_pylist(rows, schema=RUNS)
+    methods = field(config, "methods", (list,), "config.methods") or []
+    return {
+        "run_id": run_id,
+        "created_at": field(manifest, "created_at", (str,), "created_at"),
+        "model": field(config, "model", (str,), "config.model"),
+        "model_fingerprint": field(model, "fingerprint", (str,), "model.fingerprint"),
+        "data": field(config, "data", (str,), "config.data"),
+        "methods": ",".join(field({"m": m}, "m", (str,), "config.methods") or "" for m in methods),
+        "n_layers": field(model, "n_layers", (int,), "model.n_layers"),
+        "n_docs": field(counts, "docs", (int,), "counts.docs"),
+        "n_errors": field(counts, "errors", (int,), "counts.errors"),
+        "seconds": field(parts["timings"], "total_s", (int, float), "timings.total_s"),
+        "manifest": json.dumps(manifest, sort_keys=True),
+    }
 
 
 def run_named(con, name: str, **params):

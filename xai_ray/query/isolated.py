@@ -144,6 +144,7 @@ def main() -> int:
     """The child: read the request, open the store, cap memory, send the rows (or one sentence)."""
     from xai_ray.query.connection import open_store
     from xai_ray.query.user_sql import stream_arrow
+    from xai_ray.store import StoreError
 
     request = json.loads(sys.stdin.buffer.read())
     limits = Limits(**request["limits"])
@@ -169,7 +170,7 @@ def main() -> int:
         writer.close()
         out.flush()
         return 0
-    except QueryError as err:
+    except (QueryError, StoreError) as err:  # StoreError: a run folder that cannot be read as one
         return _refuse(str(err))
     except MemoryError:
         return _refuse(
