@@ -163,3 +163,26 @@ def test_a_manifest_of_another_shape_is_one_sentence(tmp_path, capsys, manifest,
         err = _one_sentence([argv[0], "--store", str(tmp_path / "store"), *argv[1:]], capsys)
         assert words in err and "restore it or move the run folder out of the store" in err, err
         assert "process failed" not in err
+
+
+@pytest.mark.parametrize("problem", ["missing", "no-text-column"])
+def test_a_source_that_cannot_be_read_stops_the_command_before_ray_starts(tmp_path, tiny_bert_dir, problem):
+    # the command overlaps the model's description with Ray's start: the corpus is planned first
+    data = tmp_path / "c.csv"
+    if problem == "no-text-column":
+        data.write_text("id,review,label\na,a good film,1\n")
+    store = tmp_path / "store"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "xai_ray.cli", "-v", "run", "--data", str(data), "--model", tiny_bert_dir]
+        + ["--store", str(store)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and lines[-1].startswith("xai-ray: "), done.stderr[-2000:]
+    assert ("does not exist" if problem == "missing" else "has no text column 'text'") in lines[-1]
+    assert not [line for line in lines if "scoring actor" in line or "Ray" in line], lines  # none started
+    assert not store.exists()

@@ -84,12 +84,12 @@ def run(cfg: RunConfig) -> RunResult:
     logged = route_noise(layout.run_log(cfg.store, cfg.run_id))  # Ray's and setuptools' chatter: into the run's log
     with native_stderr_into(logged):  # and what Ray's C++ core writes to stderr
         try:
-            model = _describe(cfg)
-            resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence, before Ray
+            model, found = _describe(cfg)  # the corpus planned before Ray starts: a source it cannot read stops here
+            resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence
             check_start_layer(cfg.start_layer, model["n_layers"])
-            if runtime.one_run_only():  # Ray is up already (_describe): the actors load while the corpus is planned
+            if runtime.one_run_only():  # Ray is up already (_describe): the actors load while the corpus is counted
                 _start_early(cfg)
-            corpus = read(cfg)
+            corpus = read(cfg, found)
             if cfg.rationales:  # a missing column or unreadable source: one sentence, before Ray
                 from xai_ray.pipeline.plausibility import read_rationales
 
@@ -116,19 +116,22 @@ def _start_early(cfg: RunConfig) -> None:
     start_actors(cfg, early=True)
 
 
-def _describe(cfg: RunConfig) -> dict:
-    """The model's description from its files (``describe_model``), refused in one sentence if it
-    cannot be explained. A notebook or a test learns that before Ray starts; the command line
-    (``runtime.one_run_per_process``) reads the files on a thread while Ray's processes start, which
-    hides most of the two seconds transformers takes to import."""
+def _describe(cfg: RunConfig):
+    """(the model's description from its files (``describe_model``), the corpus's plan
+    (``plan_corpus``)), each refused in one sentence: the plan always before Ray starts. A notebook
+    or a test also learns the model's verdict before Ray starts; the command line
+    (``runtime.one_run_per_process``) reads the model's files on a thread while the corpus is
+    planned and Ray's processes start, which hides most of the two seconds transformers takes to
+    import."""
     if not runtime.one_run_only():
-        return describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
+        return describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code), plan_corpus(cfg)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1, thread_name_prefix="xai-ray-describe") as ahead:
         described = ahead.submit(describe_model, cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
+        found = plan_corpus(cfg)
         ensure_ray()  # in this thread: Ray starts its own threads and signal handlers from the main one
-        return described.result()
+        return described.result(), found
 
 
 def _folders_to_create(folder: Path) -> list[Path]:
@@ -220,15 +223,23 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
-def read(cfg: RunConfig):
-    """Stage 1: the corpus, planned (``data.stream.Corpus``): its pieces found from names, headers and
-    footers; a source it cannot read is refused here, before Ray starts. Nothing is read yet. A run
-    selecting at most ``driver_rows`` rows (``data.held.reads_here``) is read by the driver itself."""
-    from xai_ray.data.held import reads_here
+def plan_corpus(cfg: RunConfig):
+    """The corpus's pieces found from names, headers and footers (``data.sources.SourcePlan``); a
+    source it cannot read, or a column it lacks, is refused here. Nothing is read yet."""
     from xai_ray.data.sources import plan
+
+    return plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
+
+
+def read(cfg: RunConfig, found=None):
+    """Stage 1: the corpus, planned (``data.stream.Corpus``; ``found``: its ``plan_corpus`` when it
+    was planned already); a source it cannot read is refused here, before Ray starts. Nothing is
+    read yet. A run selecting at most ``driver_rows`` rows (``data.held.reads_here``) is read by the
+    driver itself."""
+    from xai_ray.data.held import reads_here
     from xai_ray.data.stream import Corpus
 
-    found = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
+    found = found if found is not None else plan_corpus(cfg)
     here = reads_here(found, cfg.limit, cfg.driver_rows)
     log.info("reading %s: %d piece(s)%s", cfg.data, len(found.pieces), " in the driver" if here else "")
     return Corpus(found, limit=cfg.limit, seed=cfg.seed, driver=here)
