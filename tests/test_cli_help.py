@@ -139,3 +139,10 @@ def test_every_key_sits_in_exactly_one_section_of_help_config(capsys):
     assert sorted(placed) == sorted(f.name for f in fields(RunConfig))  # each once, none left out
     text = _help_config(capsys)
     assert "[methods: integrated_gradients]\n  ig_steps (default: 20)" in text  # a method's option under it
+
+
+@pytest.mark.parametrize("command", ["run", "explain"])
+def test_every_command_taking_methods_lists_every_method(command):
+    (methods,) = [a for a in _subparsers()[command]._actions if "--methods" in a.option_strings]
+    listed = methods.help.split("from: ", 1)[1].split(" (default", 1)[0].split(", ")
+    assert listed == sorted(REGISTRY)

@@ -92,8 +92,12 @@ def add_parsers(sub) -> None:
         dest="max_length",
         help="tokens kept (default 256; --doc-id: the run's)",
     )
+    from xai_ray.methods import REGISTRY
+
     exp.add_argument(
-        "--methods", help="comma-separated, from: raw, rollout, flow (default raw,rollout,flow; --doc-id: the run's)"
+        "--methods",
+        metavar="M[,M...]",
+        help=f"comma-separated, from: {', '.join(sorted(REGISTRY))} (default raw,rollout,flow; --doc-id: the run's)",
     )
     exp.add_argument(
         "--allow-pickle",

@@ -179,12 +179,13 @@ def layers(ctx: Context) -> Section | None:
         shown = words[words.word_id < max_words]
         cut = f" (first {max_words} words)" if len(shown) < len(words) else ""
         items.append(charts.layer_heatmap(shown, f"Per-layer word scores, review {example.doc_id}{cut}"))
+    both = {"raw", "rollout"} <= set(ctx.methods)  # the sentence compares the two
     return Section(
         "layers",
         "Per-layer [CLS] scores on example reviews",
-        f"Methods: {', '.join(ctx.methods)}. Raw attention fades towards uniform in deep layers; "
-        "rollout keeps the signal. Curves follow the review's top words by "
-        f"{ctx.main_method} at the last layer.",
+        f"Methods: {', '.join(ctx.methods)}. "
+        + ("Raw attention fades towards uniform in deep layers; rollout keeps the signal. " if both else "")
+        + f"Curves follow the review's top words by {ctx.main_method} at the last layer.",
         items,
     )
 
