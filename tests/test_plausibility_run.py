@@ -121,3 +121,36 @@ def test_the_report_ranks_a_rationale_only_run_by_auprc(plausible_store):
     assert "Leaderboard: AUPRC against human rationales" in page
     assert "ranked by AUPRC against the human rationales" in page
     assert re.search(r"<td>rollout, layer \d \([a-z, ]+\)</td><td>0\.\d{3} \[", page)
+
+
+def test_rationales_are_read_as_screening_reads_the_rows(tmp_path):
+    # a CSV's empty cell is no rationale; a repeated id keeps the first row's, as screening keeps
+    # that row's text; a JSON line that is no object keeps the rows after it in their numbers
+    from xai_ray.config import RunConfig
+    from xai_ray.pipeline.plausibility import read_rationales
+
+    csv = tmp_path / "c.csv"
+    csv.write_text('id,text,why\na,good film,"[1, 0]"\nb,bad film,\na,x y,"[0, 1]"\nc,ok, \n')
+    assert read_rationales(RunConfig(data=str(csv), rationales="why")) == {"a": "[1, 0]"}
+    lines = tmp_path / "c.jsonl"
+    lines.write_text('{"text": "good film", "why": [1, 0]}\nnot json\n[1]\n{"text": "bad one", "why": [0, 1]}\n')
+    found = read_rationales(RunConfig(data=str(lines), rationales="why"))  # no ids: named by row
+    assert {k: list(v) for k, v in found.items()} == {"test-0": [1, 0], "test-3": [0, 1]}
+
+
+def test_a_run_where_no_rationale_can_be_read_has_no_plausibility_rows_and_no_failure():
+    words = pd.DataFrame(
+        {
+            "doc_id": ["a", "a"],
+            "text": ["good film"] * 2,
+            "method": ["raw", "raw"],
+            "layer": [1, 1],
+            "word": ["good", "film"],
+            "raw_score": [0.7, 0.3],
+        }
+    )
+    from xai_ray.pipeline.plausibility import score_run
+
+    metrics, errors = score_run(words, {"a": "oops"}, "tokens")
+    assert metrics.num_rows == 0 and metrics.schema.names == ["doc_id", "method", "layer", "metric", "value"]
+    assert errors.column("doc_id").to_pylist() == ["a"] and "is not JSON" in errors.column("reason")[0].as_py()

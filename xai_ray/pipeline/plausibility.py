@@ -37,7 +37,8 @@ READABLE = ("parquet", "csv", "jsonl", "json")
 
 
 def read_rationales(cfg: RunConfig) -> dict[str, object]:
-    """doc_id -> the rationale as the corpus wrote it (rows without one are left out)."""
+    """doc_id -> the rationale as the corpus wrote it (rows without one, an empty cell among them,
+    are left out; of rows repeating an id, the first)."""
     found = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
     kinds = sorted({p.kind for p in found.pieces} - set(READABLE))
     if kinds:
@@ -54,7 +55,12 @@ def read_rationales(cfg: RunConfig) -> dict[str, object]:
         ids = [fields.id_text(v)[0] for v in frame[cfg.id_column]]
     else:
         ids = [f"{cfg.split}-{row}" for row in range(len(frame))]
-    return {i: v for i, v in zip(ids, frame[cfg.rationales]) if i is not None and not fields.missing(v)}
+    found: dict[str, object] = {}
+    for doc_id, value in zip(ids, frame[cfg.rationales]):
+        blank = fields.missing(value) or (isinstance(value, str) and not value.strip())  # a CSV's empty cell
+        if doc_id is not None and not blank:
+            found.setdefault(doc_id, value)  # a repeated id: the first row's, the one screening keeps
+    return found
 
 
 def _frame(path: Path, kind: str, wanted: tuple[str, ...]) -> pd.DataFrame:
@@ -67,7 +73,17 @@ def _frame(path: Path, kind: str, wanted: tuple[str, ...]) -> pd.DataFrame:
     with open(path, encoding="utf-8") as handle:
         if kind == "json":
             return pd.DataFrame(json.load(handle))
-        return pd.DataFrame([json.loads(line) for line in handle if line.strip()])
+        return pd.DataFrame([_object(line) for line in handle if line.strip()])
+
+
+def _object(line: str) -> dict:
+    """A JSON line's object; a line that is none (the run recorded it as an ``errors`` row) is an
+    empty row, so the rows after it keep their numbers."""
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) -> tuple[pa.Table, pa.Table]:
@@ -91,7 +107,11 @@ def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) 
         rankings.append((RANDOM, None, random_scores(doc_id, int(seen.sum()), seed)))
         for method, layer, metric, value in plausibility.review_rows(rankings, gold[seen]):
             metrics.append((doc_id, method, layer, metric, None if np.isnan(value) else float(value)))
-    table = pa.table(dict(zip(FAITHFULNESS.names, zip(*metrics))) if metrics else {}, schema=FAITHFULNESS)
+    table = (
+        pa.table(dict(zip(FAITHFULNESS.names, zip(*metrics))), schema=FAITHFULNESS)
+        if metrics
+        else FAITHFULNESS.empty_table()
+    )
     failed = pa.table(
         {"doc_id": [d for d, _ in errors], "stage": [STAGE] * len(errors), "reason": [r for _, r in errors]},
         schema=ERRORS,
