@@ -244,3 +244,19 @@ def test_a_batch_whose_reviews_have_no_words_is_written(tmp_path):
     assert con.execute(counts.format("docs")).fetchall() == [("alone", 1), ("beside", 2)]
     assert con.execute(counts.format("tokens")).fetchall() == [("alone", 4), ("beside", 10)]  # 2 layers
     assert con.execute("select doc_id, layer, score from words").fetchall() == [("worded", 1, 1.0), ("worded", 2, 1.0)]
+
+
+def test_a_run_with_no_scored_document_beside_another_reads_its_missing_values_as_none(tmp_path):
+    # pandas reads a text column's missing values as NaN once another run fills it: the report then
+    # sliced a float (its fingerprint) and failed
+    from xai_ray.query.connection import pick_run
+
+    scored = RunWriter(tmp_path, "scored", ["raw"], layout=3)
+    scored.write(scorer_rows())
+    scored.publish({"created_at": "1", "config": {"methods": ["raw"]}, "model": {"fingerprint": "f" * 64}})
+    failed = RunWriter(tmp_path, "failed", ["raw"], layout=3)
+    failed.write_errors(["x"], "read", ["text is empty or whitespace only"])
+    failed.publish({"created_at": "2", "config": {"methods": ["raw"]}})
+    run = pick_run(open_store(tmp_path), "failed")
+    assert run["model_fingerprint"] is None and run["n_docs"] == 0 and run["run_id"] == "failed"
+    assert pick_run(open_store(tmp_path), None)["run_id"] == "failed"  # the newest

@@ -191,12 +191,17 @@ def pick_run(con, run_id: str | None) -> dict:
     runs = run_named(con, "runs_by_age")
     if runs.empty:
         raise QueryError("the store has no published runs yet")
-    if run_id is None:
-        return runs.iloc[-1].to_dict()
-    chosen = runs[runs.run_id == run_id]
+    chosen = runs.iloc[[-1]] if run_id is None else runs[runs.run_id == run_id]
     if chosen.empty:
         raise QueryError(f"no run {run_id!r} in the store; runs: {', '.join(runs.run_id)}")
-    return chosen.iloc[0].to_dict()
+    # a value the run lacks is None, as in its manifest: pandas reads a text column's missing ones as NaN
+    return {key: None if _missing(value) else value for key, value in chosen.iloc[0].to_dict().items()}
+
+
+def _missing(value) -> bool:
+    import pandas as pd
+
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
 
 
 def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool = True) -> duckdb.DuckDBPyConnection:
