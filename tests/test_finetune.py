@@ -198,6 +198,22 @@ def test_a_base_model_that_is_not_an_encoder_is_refused(tmp_path, capsys):
         run_finetune(resolve(None, {"base": str(base), "data": str(IMDB), "out": str(tmp_path / "m")}))
 
 
+def test_an_out_holding_a_model_this_job_did_not_write_is_refused(tmp_path, tiny_bert_dir, capsys):
+    import hashlib
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_bert_dir, base)  # a copy: the check failing must not touch the shared fixture
+    weights = hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest()
+    message = _fail(capsys, ["finetune", "--base", str(base), "--data", str(IMDB), "--out", str(base)])
+    assert "is the base model's folder" in message
+    other = tmp_path / "other"
+    shutil.copytree(tiny_bert_dir, other)
+    message = _fail(capsys, ["finetune", "--base", str(base), "--data", str(IMDB), "--out", str(other)])
+    assert "holds a model this job did not write" in message
+    assert hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest() == weights
+
+
 def test_a_checkpoint_of_another_job_is_not_resumed(tmp_path):
     out = tmp_path / "m"
     (out / "_checkpoints").mkdir(parents=True)

@@ -57,6 +57,7 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
     from xai_ray.model.loading import read_model_config
 
     path, model_config = read_model_config(cfg.base, cfg.allow_pickle, cfg.trust_remote_code)
+    _check_out(Path(cfg.out).expanduser().resolve(), Path(path))
     positions = getattr(model_config, "max_position_embeddings", None)
     if positions and cfg.max_length > positions:
         raise FinetuneError(f"max_length {cfg.max_length} exceeds the {positions} positions of {cfg.base!r}")
@@ -261,6 +262,19 @@ def _tokenizer(name: str, path: str, trust_remote_code: bool):
     if not getattr(tokenizer, "is_fast", False):
         raise FinetuneError(f"base model {name!r} has no fast tokenizer; the explanations need word ids")
     return tokenizer
+
+
+def _check_out(out: Path, base: Path) -> None:
+    """Refuse an ``--out`` whose model files this job would overwrite: the base model's own folder,
+    or a folder holding a model no fine-tune wrote (a fine-tune's folder, which holds its
+    ``metrics.json`` or checkpoints, is written again or resumed)."""
+    if base.is_dir() and out == base.resolve():
+        raise FinetuneError(f"--out {str(out)!r} is the base model's folder: its weights would be overwritten")
+    ours = (out / "metrics.json").is_file() or (out / CHECKPOINTS).is_dir()
+    if (out / "config.json").is_file() and not ours:
+        raise FinetuneError(
+            f"--out {str(out)!r} holds a model this job did not write (its config.json); give a new or empty folder"
+        )
 
 
 def _write_model(checkpoint, out: Path, tokenizer) -> dict:
