@@ -287,7 +287,21 @@ def test_a_quiet_night_prints_its_result_and_nothing_else(ray_cluster, tiny_bert
     assert done.stderr == "", done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert len(lines) == 2 and lines[0].startswith("nightly 2026-03-01: scored 6") and lines[1].startswith("report: ")
-    assert (store / "logs" / "nightly-2026-03-01.log").stat().st_size > 0
+    log = (store / "logs" / "nightly-2026-03-01.log").read_text()
+    assert "INFO xai_ray: nightly: scoring 6 new or changed documents of 6" in log  # -q quiets the terminal only
+    # a night whose only new rows cannot be scored says how many, and its log says why
+    write_corpus(data, "bad.parquet", ["new1", "new2"], ["", "   "], [0, 1])
+    done = subprocess.run(
+        [sys.executable, "-m", "xai_ray.cli", "-q", "nightly", str(path), "--date", "2026-03-02"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    assert "nothing to score; 2 row(s) cannot be scored" in done.stdout.splitlines()[0]
+    log = (store / "logs" / "nightly-2026-03-02.log").read_text()
+    assert "new1 cannot be scored: text is empty or whitespace only" in log and "new2 cannot be scored" in log
 
 
 @pytest.mark.browser

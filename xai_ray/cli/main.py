@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     progress.configure(quiet=args.quiet)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    for handler in logging.getLogger().handlers:  # the terminal shows what the flags ask for ...
+        handler.setLevel(level)
+    logging.getLogger("xai_ray").setLevel(min(level, logging.INFO))  # ... a run's log file keeps INFO under -q
     try:
         return COMMANDS[args.command](args)
     except _user_errors() as err:

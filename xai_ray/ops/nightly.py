@@ -102,6 +102,7 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
             new, n_corpus = screened.counts["kept"], screened.n_input
             if not new:
                 message = f"no new or changed documents among {n_corpus}: nothing to score"
+                message += _unscorable(screened)
             else:
                 counts = _score(cfg, local, run_id, screened, runs, key, model)
                 runs, scored = [*runs, run_id], new
@@ -124,6 +125,19 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
             key_of_latest = (store_layout.latest_reports(Path()) / REPORT).as_posix()  # relative to the store
             remote.push_text(cfg.store, key_of_latest, _redirect(f"../{date}/{REPORT}"))
     return NightlyResult(date, run_id, scored, runs, report, latest, message, counts)
+
+
+def _unscorable(screened) -> str:
+    """What a night that scores nothing says of the corpus's rows that cannot be scored (bad text,
+    id or label; a repeated id): their count, and each one's reason in the night's log where the
+    driver holds them (they are retried every night, and recorded in the run of a night that
+    scores something)."""
+    count = screened.counts["rejected"] + screened.counts["duplicates"]
+    if not count:
+        return ""
+    for row in screened.rejected().itertuples() if hasattr(screened, "rejected") else ():
+        log.info("nightly: %s cannot be scored: %s", row.doc_id, row.reason)
+    return f"; {count} row(s) cannot be scored (bad text, id or label, or a repeated id; the night's log says why)"
 
 
 @contextmanager
