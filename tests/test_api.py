@@ -166,3 +166,39 @@ def test_explain_renders_inline_with_word_scores(tiny_bert_dir):
     shown = review._repr_html_()
     assert shown.startswith("<iframe srcdoc=") and "<b>The film</b>" not in shown
     assert abs(sum(review.probs) - 1) < 1e-5 and review.pred in (0, 1)
+
+
+def test_arguments_of_the_wrong_kind_are_one_sentence_and_nothing_is_created(tmp_path, tiny_bert_dir, monkeypatch):
+    from xai_ray.config import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "c.csv"
+    data.write_text("id,text,label\na,a good film,1\n")
+    for kwargs, words in (
+        ({"methods": 123}, "methods must be comma-separated text or a list of method names, got 123"),
+        ({"store": None}, "store must be a path or a name (text), got NoneType None"),
+        ({"methods": ["raw", 1]}, "a list of method names"),
+    ):
+        with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            xai_ray.run(str(data), tiny_bert_dir, **kwargs)
+    for text in (123, ["a list"]):
+        with pytest.raises(ConfigError, match="the text to explain must be a string"):
+            xai_ray.explain(text, tiny_bert_dir)
+    with pytest.raises(ConfigError, match="max_length"):
+        xai_ray.explain("a good film", tiny_bert_dir, max_length=0)  # refused, not read as the default
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+
+
+def test_a_run_over_its_error_budget_raises_with_the_published_run(ray_cluster, tiny_bert_dir, tmp_path):
+    # as `xai-ray run` exits 3: every document failed, or more than max_error_share did
+    data = tmp_path / "c.csv"
+    data.write_text('id,text,label\na,a good film,1\nb,"   ",0\nc,,1\nd,a bad film,0\n')
+    common = {"store": str(tmp_path / "store"), "max_length": 32, "actors": 1, "report": False, "quiet": True}
+    with pytest.raises(xai_ray.RunFailed, match=r"2 of 4 documents failed \(50.0%\), more than") as failed:
+        xai_ray.run(str(data), tiny_bert_dir, max_error_share=0.25, **common)
+    assert sorted(failed.value.run.errors().doc_id) == ["b", "c"] and len(failed.value.run.docs()) == 2
+    assert xai_ray.run(str(data), tiny_bert_dir, max_error_share=0.5, **common).run_id  # within: returned
+    empty = tmp_path / "e.csv"
+    empty.write_text('id,text,label\nb,"   ",0\n')
+    with pytest.raises(xai_ray.RunFailed, match="every document failed: 0 of 1 scored"):
+        xai_ray.run(str(empty), tiny_bert_dir, **common)

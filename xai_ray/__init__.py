@@ -23,6 +23,7 @@ API = (
     "open_store",
     "explain",
     "Run",
+    "RunFailed",
     "Page",
     "Explanation",
     "report_chart",

@@ -41,15 +41,38 @@ def run(
     from xai_ray import pipeline, progress
     from xai_ray.store import remote
 
-    if not isinstance(methods, str):
-        methods = ",".join(methods)
+    for name, value in (("data", data), ("model", model), ("store", store)):
+        if not isinstance(value, (str, Path)):
+            raise ConfigError(f"{name} must be a path or a name (text), got {type(value).__name__} {value!r}")
     progress.configure(quiet=quiet)
-    flags = {"data": str(data), "model": str(model), "methods": methods, "store": str(store), **keys}
+    flags = {"data": str(data), "model": str(model), "methods": _names(methods), "store": str(store), **keys}
     cfg = config_module.resolve(config, flags)
     # Ray and the scoring actors stay up after the run: the next run with this model starts scoring
     # at once (xai_ray.shutdown() releases them)
     result = pipeline.run(cfg)  # the command's own path (a URI store goes through its mirror)
-    return Run(store=remote.local_store(cfg.store), run_id=result.run_id, manifest=result.manifest, page=result.report)
+    done = Run(store=remote.local_store(cfg.store), run_id=result.run_id, manifest=result.manifest, page=result.report)
+    verdict = config_module.error_verdict(result.manifest.get("counts", {}), cfg.max_error_share)
+    if verdict:  # the command exits 3 here: the run is published, and reachable from the error
+        raise RunFailed(f"run {done.run_id}: {verdict}", done)
+    return done
+
+
+class RunFailed(RuntimeError):
+    """A run published with more failed documents than ``max_error_share`` allows (or with every
+    one failed), as ``xai-ray run`` exits 3: ``.run`` is the published ``Run``, its ``errors`` say why."""
+
+    def __init__(self, message: str, run: Run) -> None:
+        super().__init__(message)
+        self.run = run
+
+
+def _names(methods) -> str:
+    """``methods`` as the config reads it: comma-separated text, or a list of names joined."""
+    if isinstance(methods, str):
+        return methods
+    if isinstance(methods, (list, tuple)) and all(isinstance(name, str) for name in methods):
+        return ",".join(methods)
+    raise ConfigError(f"methods must be comma-separated text or a list of method names, got {methods!r}")
 
 
 def shutdown() -> None:
@@ -336,12 +359,10 @@ def explain(
     import xai_ray.report.explain as explain_module
     from xai_ray import config as config_module
 
-    if not isinstance(methods, str):
-        methods = ",".join(methods)
-    cfg = config_module.resolve(
-        None,
-        {"model": model, "methods": methods, "max_length": max_length or explain_module.DEFAULT_MAX_LENGTH, **options},
-    )
+    if not isinstance(text, str):
+        raise ConfigError(f"the text to explain must be a string, got {type(text).__name__}")
+    length = explain_module.DEFAULT_MAX_LENGTH if max_length is None else max_length
+    cfg = config_module.resolve(None, {"model": model, "methods": _names(methods), "max_length": length, **options})
     page, row = explain_module.explain_page(text, cfg.model, cfg.max_length, cfg.methods, cfg.attention_options)
     return Explanation(
         text=text,

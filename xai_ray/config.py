@@ -215,6 +215,24 @@ def check_target(target) -> None:
         raise ConfigError("target is empty: use pred, label, a class index (0, 1, ...) or a label name")
 
 
+def error_verdict(counts: dict, max_error_share: float | None) -> str | None:
+    """One sentence when the failures should fail the job, else None.
+
+    ``counts`` holds the run's ``docs`` (scored) and ``errors`` (documents that could not be scored);
+    every input document is in exactly one of them.
+    """
+    docs, errors = int(counts.get("docs", 0)), int(counts.get("errors", 0))
+    total = docs + errors
+    if total and docs == 0:
+        return f"every document failed: 0 of {total} scored, {errors} in errors"
+    if max_error_share is not None and total and errors / total > max_error_share:
+        return (
+            f"{errors} of {total} documents failed ({errors / total:.1%}), more than --max-error-share "
+            f"{max_error_share:.1%}; {docs} scored"
+        )
+    return None
+
+
 def check_start_layer(start_layer: int, n_layers: int) -> None:
     """``start_layer`` against the model's layers, before anything is scored: a layer past the last
     would leave rollout and its kin without a single score."""

@@ -11,7 +11,7 @@ import argparse
 import sys
 from dataclasses import fields
 
-from xai_ray.config import RunConfig
+from xai_ray.config import RunConfig, error_verdict
 from xai_ray.config_help import help_config
 
 # Exit statuses: 2 = the job could not run as asked (one sentence on stderr); 3 = it ran, but too
@@ -132,24 +132,6 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
 
 def run_flags(args) -> dict:
     return {k: getattr(args, k, None) for k in RUN_FLAGS}
-
-
-def error_verdict(counts: dict, max_error_share: float | None) -> str | None:
-    """One sentence when the failures should fail the job, else None.
-
-    ``counts`` holds the run's ``docs`` (scored) and ``errors`` (documents that could not be scored);
-    every input document is in exactly one of them.
-    """
-    docs, errors = int(counts.get("docs", 0)), int(counts.get("errors", 0))
-    total = docs + errors
-    if total and docs == 0:
-        return f"every document failed: 0 of {total} scored, {errors} in errors"
-    if max_error_share is not None and total and errors / total > max_error_share:
-        return (
-            f"{errors} of {total} documents failed ({errors / total:.1%}), more than --max-error-share "
-            f"{max_error_share:.1%}; {docs} scored"
-        )
-    return None
 
 
 def exit_status(counts: dict, max_error_share: float | None) -> int:
