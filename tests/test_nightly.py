@@ -381,3 +381,20 @@ def test_run_and_nightly_keep_and_reject_the_same_rows_of_a_hostile_corpus(ray_c
     pd.testing.assert_frame_equal(night_docs, run_docs)
     pd.testing.assert_frame_equal(night_errors, run_errors)
     assert len(run_docs) + len(run_errors) == len(ids)  # every input row once, in docs or in errors
+
+
+def test_a_second_configuration_in_one_store_is_refused(ray_cluster, tiny_bert_dir, tmp_path):
+    # the union, "since last night" and `latest` would mix the two: one configuration per store
+    from dataclasses import replace
+
+    data, store = tmp_path / "incoming", tmp_path / "store"
+    rng = np.random.default_rng(3)
+    write_corpus(data, "day.parquet", [f"k{i}" for i in range(4)], sentences(rng, 4), rng.integers(0, 2, 4))
+    cfg = config(tiny_bert_dir, data, store)
+    run_nightly(cfg, "2026-04-01")
+    other = replace(cfg, methods=("raw",))
+    for date in ("2026-04-02", "2026-04-01"):  # a later night, and the same night again
+        with pytest.raises(NightlyError, match="holds nightly runs of another configuration"):
+            run_nightly(other, date)
+    assert sorted(p.name for p in (store / "runs").iterdir()) == ["run_id=nightly-2026-04-01"]
+    assert run_nightly(cfg, "2026-04-02").scored == 0  # the first configuration goes on

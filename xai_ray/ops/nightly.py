@@ -85,6 +85,12 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
         check_start_layer(cfg.start_layer, model["n_layers"])
         key = scoring_key(cfg)
         runs = matching_runs(local, key, date)
+        foreign = other_runs(local, key)
+        if foreign:  # the union, the changes since last night and `latest` would mix two configurations
+            raise NightlyError(
+                f"store {cfg.store!r} holds nightly runs of another configuration (another model, methods or "
+                f"options: {foreign[0]}, ...); give each nightly configuration its own store"
+            )
         scored, published, counts = 0, run_id in store_layout.list_runs(local), None
         if published and run_id not in runs:
             raise NightlyError(
@@ -207,19 +213,28 @@ def manifest_key(manifest: dict) -> dict:
 
 def matching_runs(local: Path, key: dict, through: str) -> list[str]:
     """Published nightly runs of this key dated ``through`` or earlier, oldest first."""
+    return sorted(run_id for run_id, night, same in _nights(local, key) if same and night <= through)
+
+
+def other_runs(local: Path, key: dict) -> list[str]:
+    """Published nightly runs of another key (another model, methods or options), oldest first."""
+    return sorted(run_id for run_id, _, same in _nights(local, key) if not same)
+
+
+def _nights(local: Path, key: dict) -> list[tuple[str, str, bool]]:
+    """(run id, night, whether its key is ``key``) of every published nightly run of ours."""
     from xai_ray.query.connection import open_store, run_named
 
     found = run_named(open_store(local), "nightly_runs", prefix=PREFIX)
-    runs = []
+    nights = []
     for row in found.itertuples():
         night = row.run_id[len(PREFIX) :]
         try:
             Date.fromisoformat(night)
         except ValueError:
             continue  # not a nightly id of ours
-        if night <= through and manifest_key(json.loads(row.manifest)) == key:
-            runs.append(row.run_id)
-    return sorted(runs)
+        nights.append((row.run_id, night, manifest_key(json.loads(row.manifest)) == key))
+    return nights
 
 
 def known_documents(local: Path, runs: list[str]):
