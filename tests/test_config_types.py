@@ -41,6 +41,8 @@ WRONG = [
     ("evaluate_share=0", ["evaluate_share", "in (0, 1]"]),
     ("max_error_share=1.5", ["max_error_share", "in [0, 1]"]),
     ("evaluate_fractions=0.1,x", ["evaluate_fractions", "list of numbers"]),
+    ("evaluate_fractions=[0.1, 0.1]", ["evaluate_fractions must differ at two decimals"]),
+    ("evaluate_fractions=[0.001, 0.004]", ["evaluate_fractions must differ at two decimals"]),  # both @0.00
     # text and choices
     ("model=", ["model", "null"]),
     ("model=''", ["model", "must not be empty"]),

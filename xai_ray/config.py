@@ -117,6 +117,11 @@ class RunConfig(CorpusSource):
         check_target(self.target)
         if not self.evaluate_fractions or not all(0.0 < f <= 1.0 for f in self.evaluate_fractions):
             raise ConfigError(f"evaluate_fractions must be shares in (0, 1], got {list(self.evaluate_fractions)}")
+        named = [f"{f:.2f}" for f in self.evaluate_fractions]  # as the metric names spell them (comprehensiveness@0.10)
+        if len(set(named)) < len(named):
+            raise ConfigError(
+                f"evaluate_fractions must differ at two decimals, as their metric names do; got {list(self.evaluate_fractions)}"
+            )
         if self.window_stride is not None and not 1 <= self.window_stride <= self.max_length - 2:
             raise ConfigError(
                 f"window_stride must be in [1, max_length - 2] = [1, {self.max_length - 2}], got {self.window_stride}"
