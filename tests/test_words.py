@@ -268,3 +268,16 @@ def test_wordpiece_merge_scores_hand_pieces(wordpiece_tokenizer):
     np.testing.assert_allclose(merged[0], expected, atol=1e-15)
     # Specials hold 0.2 + 0.1 = 0.3, words 0.7: renormalised they are divided by 0.7.
     np.testing.assert_allclose(normalise(merged)[0], np.array(expected) / 0.7, atol=1e-12)
+
+
+def test_a_decomposed_accent_stays_on_its_word():
+    # BERT's lowercasing tokenizer strips accents: a decomposed "café" (e + U+0301) has offsets that
+    # end before the mark, and the word read "cafe"; a mark that starts a word of its own stays there
+    text = "the cafe\u0301 scene"
+    index = np.array([-1, 0, 1, 2, -1])
+    offsets = [(0, 0), (0, 3), (4, 8), (10, 15), (0, 0)]
+    assert word_texts(index, 3, offsets, text) == ["the", "cafe\u0301", "scene"]
+    zalgo = "ha\u0300\u0301\u0302 x"
+    assert word_texts(np.array([0, 1]), 2, [(0, 2), (6, 7)], zalgo) == ["ha\u0300\u0301\u0302", "x"]
+    split = "e\u0301"  # a byte-level tokenizer may make the mark a word of its own
+    assert word_texts(np.array([0, 1]), 2, [(0, 1), (1, 2)], split) == ["e", "\u0301"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 
 import numpy as np
 
@@ -70,7 +71,26 @@ def _pairs(offsets) -> np.ndarray:
 
 def word_texts(index: np.ndarray, n_words: int, offsets, text: str) -> list[str]:
     """Each word's surface text, cut from the original string by the pieces' character offsets."""
-    return [text[s:e].strip() if s is not None else "" for s, e in word_spans(index, n_words, offsets)]
+    return [
+        text[s:e].strip() if s is not None else "" for s, e in with_marks(word_spans(index, n_words, offsets), text)
+    ]
+
+
+def with_marks(spans: list[tuple[int | None, int]], text: str) -> list[tuple[int | None, int]]:
+    """``spans`` with each word's end moved past the combining marks that follow it in ``text``: a
+    tokenizer that strips accents (BERT's, lowercasing) leaves a decomposed ``café`` (``e`` + U+0301)
+    out of its offsets, and the word would read ``cafe``. A mark where another word starts stays
+    that word's."""
+    if text.isascii():  # no mark to find (most reviews)
+        return spans
+    starts = {start for start, _ in spans if start is not None}
+    out = []
+    for start, end in spans:
+        if start is not None:
+            while end < len(text) and end not in starts and unicodedata.category(text[end]).startswith("M"):
+                end += 1
+        out.append((start, end))
+    return out
 
 
 def join_contractions(texts: list[str], spans: list[tuple[int | None, int]], text: str) -> tuple[list[int], list[str]]:

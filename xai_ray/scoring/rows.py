@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 
 from xai_ray.scoring.evaluation import FAITHFULNESS_FIELDS
-from xai_ray.words import join_contractions, merge_scores, normalise, word_spans
+from xai_ray.words import join_contractions, merge_scores, normalise, with_marks, word_spans
 
 ROW_FIELDS = [
     pa.field("doc_id", pa.string()),
@@ -133,7 +133,7 @@ def review_meta(
 ) -> dict:
     """The columns of a scored document besides its methods' scores: prediction, tokens, words
     (cut from the text by the tokenizer's offsets, contractions joined back)."""
-    spans = word_spans(index, n_words, offsets)
+    spans = with_marks(word_spans(index, n_words, offsets), text)
     words = [text[s:e].strip() if s is not None else "" for s, e in spans]
     word_span, word_joined = join_contractions(words, spans, text)
     return {
