@@ -146,8 +146,6 @@ def test_a_broken_manifest_is_one_sentence(tmp_path, capsys):
 @pytest.mark.parametrize(
     "manifest,words",
     [
-        ({}, "names run None, not the folder's"),
-        ({"run_id": "other"}, "names run 'other', not the folder's"),
         ({"run_id": 5}, "its run_id is 5"),
         ({"run_id": "r", "config": []}, "its config is []"),
         ({"run_id": "r", "config": {"methods": [1]}}, "its config.methods is 1"),
@@ -186,3 +184,14 @@ def test_a_source_that_cannot_be_read_stops_the_command_before_ray_starts(tmp_pa
     assert ("does not exist" if problem == "missing" else "has no text column 'text'") in lines[-1]
     assert not [line for line in lines if "scoring actor" in line or "Ray" in line], lines  # none started
     assert not store.exists()
+
+
+def test_a_run_is_named_by_its_folder_whatever_its_manifest_says(tmp_path):
+    # a run folder renamed by hand, or a manifest without the id: every view reads the folder's
+    from xai_ray.query.connection import open_store
+
+    for folder, manifest in (("r", {}), ("moved", {"run_id": "first"})):
+        (tmp_path / "store" / "runs" / f"run_id={folder}").mkdir(parents=True)
+        (tmp_path / "store" / "runs" / f"run_id={folder}" / "manifest.json").write_text(json.dumps(manifest))
+    con = open_store(tmp_path / "store")
+    assert sorted(r for (r,) in con.execute("select run_id from runs").fetchall()) == ["moved", "r"]
