@@ -276,31 +276,20 @@ def test_a_quiet_night_prints_its_result_and_nothing_else(ray_cluster, tiny_bert
     cfg = config(tiny_bert_dir, data, store)
     path.write_text(yaml.safe_dump({k: v for k, v in cfg.to_dict().items() if k != "extra"}))
     env = {**os.environ, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address}
-    done = subprocess.run(
-        [sys.executable, "-m", "xai_ray.cli", "-q", "nightly", str(path), "--date", "2026-03-01"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stderr == "", done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+
+    def night(date: str) -> tuple[list[str], str]:  # (stdout's lines, the night's log) of `-q nightly`
+        command = [sys.executable, "-m", "xai_ray.cli", "-q", "nightly", str(path), "--date", date]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+        return done.stdout.splitlines(), (store / "logs" / f"nightly-{date}.log").read_text()
+
+    lines, log = night("2026-03-01")
     assert len(lines) == 2 and lines[0].startswith("nightly 2026-03-01: scored 6") and lines[1].startswith("report: ")
-    log = (store / "logs" / "nightly-2026-03-01.log").read_text()
     assert "INFO xai_ray: nightly: scoring 6 new or changed documents of 6" in log  # -q quiets the terminal only
     # a night whose only new rows cannot be scored says how many, and its log says why
     write_corpus(data, "bad.parquet", ["new1", "new2"], ["", "   "], [0, 1])
-    done = subprocess.run(
-        [sys.executable, "-m", "xai_ray.cli", "-q", "nightly", str(path), "--date", "2026-03-02"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
-    assert "nothing to score; 2 row(s) cannot be scored" in done.stdout.splitlines()[0]
-    log = (store / "logs" / "nightly-2026-03-02.log").read_text()
+    lines, log = night("2026-03-02")
+    assert "nothing to score; 2 row(s) cannot be scored" in lines[0]
     assert "new1 cannot be scored: text is empty or whitespace only" in log and "new2 cannot be scored" in log
 
 
