@@ -84,9 +84,12 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
     job_key = hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
     _prepare_storage(storage, job, job_key, cfg.resume)
 
+    from xai_ray.progress import is_quiet, native_stderr_into, route_noise
     from xai_ray.runtime import ensure_ray
 
-    ensure_ray(log_to_driver=True)  # the workers print the training's progress and ETA
+    # Ray's and the libraries' chatter into OUT/finetune.log, as a run's goes into its log
+    with native_stderr_into(route_noise(out / "finetune.log")):
+        ensure_ray(log_to_driver=not is_quiet())  # the workers print the training's progress and ETA (not under -q)
     scaling = plan_scaling(cfg)
     loop_config = {
         "model_path": path,
