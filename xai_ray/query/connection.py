@@ -148,8 +148,7 @@ def _run_row(folder: Path) -> dict:
     path = folder / store_layout.MANIFEST
     manifest = store_layout.read_manifest(path)
 
-    def field(where: dict, key: str, kinds: tuple, name: str):
-        value = where.get(key)
+    def checked(value, kinds: tuple, name: str):
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
             raise StoreError(
                 f"manifest {str(path)!r} is not a run's manifest: its {name} is {value!r}; restore it or move "
@@ -157,18 +156,22 @@ def _run_row(folder: Path) -> dict:
             )
         return value
 
+    def field(where: dict, key: str, kinds: tuple, name: str):
+        return checked(where.get(key), kinds, name)
+
     parts = {key: field(manifest, key, (dict,), key) or {} for key in ("config", "counts", "model", "timings")}
     config, counts, model = parts["config"], parts["counts"], parts["model"]
-    field(manifest, "run_id", (str,), "run_id")
-    run_id = folder.name.split("=", 1)[1]  # the folder's, as every other view reads it (a run moved by hand)
-    methods = field(config, "methods", (list,), "config.methods") or []
+    field(manifest, "run_id", (str,), "run_id")  # checked, but the run is named by its folder, as every view names it
+    methods = [
+        checked(m, (str,), "config.methods") or "" for m in field(config, "methods", (list,), "config.methods") or []
+    ]
     return {
-        "run_id": run_id,
+        "run_id": folder.name.split("=", 1)[1],
         "created_at": field(manifest, "created_at", (str,), "created_at"),
         "model": field(config, "model", (str,), "config.model"),
         "model_fingerprint": field(model, "fingerprint", (str,), "model.fingerprint"),
         "data": field(config, "data", (str,), "config.data"),
-        "methods": ",".join(field({"m": m}, "m", (str,), "config.methods") or "" for m in methods),
+        "methods": ",".join(methods),
         "n_layers": field(model, "n_layers", (int,), "model.n_layers"),
         "n_docs": field(counts, "docs", (int,), "counts.docs"),
         "n_errors": field(counts, "errors", (int,), "counts.errors"),

@@ -57,7 +57,8 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
     from xai_ray.model.loading import read_model_config
 
     path, model_config = read_model_config(cfg.base, cfg.allow_pickle, cfg.trust_remote_code)
-    _check_out(Path(cfg.out).expanduser().resolve(), Path(path))
+    out = Path(cfg.out).expanduser().resolve()
+    _check_out(out, Path(path))
     positions = getattr(model_config, "max_position_embeddings", None)
     if positions and cfg.max_length > positions:
         raise FinetuneError(f"max_length {cfg.max_length} exceeds the {positions} positions of {cfg.base!r}")
@@ -74,7 +75,6 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
         data_fingerprint[:12],
     )
 
-    out = Path(cfg.out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     storage = out / CHECKPOINTS
     job = {
