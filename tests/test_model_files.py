@@ -67,3 +67,22 @@ def test_a_local_folder_with_a_broken_config_says_so_not_offline(folder, config)
         describe_model(str(folder))
     message = str(refused.value)
     assert "offline" not in message and "config.json" in message and len(message.splitlines()) == 1
+
+
+def test_a_half_precision_checkpoint_computes_in_float32(folder):
+    """Many fine-tuned checkpoints are saved in fp16 or bf16, and transformers 5 loads a checkpoint in
+    its own dtype: an fp16 model then ran its CPU forward and the capture in fp16. Found on an H100,
+    where the CPU reference of tests/test_gpu.py disagreed with the GPU's capture by 3e-4."""
+    from transformers import AutoModelForSequenceClassification
+
+    from xai_ray.model.loading import load_model
+
+    half = AutoModelForSequenceClassification.from_pretrained(folder).half()
+    half.save_pretrained(folder, safe_serialization=True)
+    stored = load_file(folder / "model.safetensors")
+    assert {tensor.dtype for tensor in stored.values()} == {torch.float16}
+
+    loaded = load_model(str(folder)).model
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    weight = loaded.bert.embeddings.word_embeddings.weight
+    assert torch.equal(weight, stored["bert.embeddings.word_embeddings.weight"].float())  # upcast is exact

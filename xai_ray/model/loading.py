@@ -76,6 +76,7 @@ def load_model(
                 id2label=labels,
                 label2id={v: k for k, v in labels.items()},
                 attn_implementation=attn_implementation,
+                dtype=torch.float32,  # an fp16/bf16 checkpoint computes in fp32 too; the GPU actor autocasts itself
                 use_safetensors=None if allow_pickle else True,
                 trust_remote_code=trust_remote_code,
             )

@@ -235,6 +235,8 @@ def evaluate(model, config: dict, device, rank: int, world: int, autocast) -> di
 
 
 def _load(cls, source: str, config: dict, pickle_ok: bool):
+    import torch
+
     labels = {0: "negative", 1: "positive"}
     return cls.from_pretrained(
         source,
@@ -242,6 +244,7 @@ def _load(cls, source: str, config: dict, pickle_ok: bool):
         id2label=labels,
         label2id={v: k for k, v in labels.items()},
         attn_implementation="sdpa",
+        dtype=torch.float32,  # fp32 master weights whatever the checkpoint's dtype; autocast does the rest
         use_safetensors=None if pickle_ok else True,
         trust_remote_code=config["trust_remote_code"],
     )
