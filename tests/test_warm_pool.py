@@ -56,6 +56,12 @@ def test_the_second_run_reuses_the_warm_actors(ray_cluster, tiny_bert_dir, tiny_
 
     second = notebook_run(data, tiny_bert_dir, tmp_path / "store", "second")
     assert scorer_actors(ray_cluster) == warm  # same actors, same processes: nothing started again
+    # Each manifest says where the actors' start went, and whether they were started for this run.
+    started, reused = first.manifest["timings"]["actor_start"], second.manifest["timings"]["actor_start"]
+    assert (started["actors"], started["warm"], reused["warm"]) == (2, False, True)
+    assert started["imports"] > 0 and started["model"] > 0 and started["process"] >= 0
+    assert started["device"] < started["model"]  # no CUDA context on a CPU actor
+    assert {k: reused[k] for k in ("imports", "model")} == {k: started[k] for k in ("imports", "model")}
     assert first.counts["docs"] == second.counts["docs"] == 12
     assert first.docs()[["doc_id", "pred"]].equals(second.docs()[["doc_id", "pred"]])  # same scores
 

@@ -283,7 +283,7 @@ def score(rows, cfg: RunConfig):
     deferred = [m for m in cfg.methods if REGISTRY[m].host_stage] if defer else []  # methods run on the host
     config = ScorerConfig.of(cfg, gpus_per_actor=gpus, deferred_methods=deferred)
     if is_held(rows):
-        log.info("scoring %d documents on %d actor(s), %.0f GPU each", rows.counts["todo"], actors, gpus)
+        log.info("scoring %d documents on %d actor(s), %g GPU each", rows.counts["todo"], actors, gpus)
         todo = rows.todo(head_docs(rows.counts["kept"], cfg))
         return pool.score_here(workers, config, todo, batch, DeferredMethods(config) if deferred else None)
     dataset, n_docs = scorer_input(rows, replace(cfg, batch_size=batch), actors)
@@ -313,7 +313,7 @@ def score(rows, cfg: RunConfig):
             compute=ActorPoolStrategy(min_size=1, max_size=cpu_workers),
             num_cpus=1,
         )
-    log.info("scoring %d documents on %d actor(s), %.0f GPU each", n_docs, actors, gpus)
+    log.info("scoring %d documents on %d actor(s), %g GPU each", n_docs, actors, gpus)
     return scored
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import statistics
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -34,19 +36,35 @@ _pool: dict = {}  # "current": the live Pool of this process, if any
 class ScorerHost:
     """One actor of the pool: the model loaded once; ``score(config, batch)`` as ``Scorer`` scores it."""
 
-    def __init__(self, identity: dict, gpus: float, cpus: float) -> None:
+    def __init__(self, identity: dict, gpus: float, cpus: float, asked_at: float | None = None) -> None:
+        began = time.time()
         import torch
 
         from xai_ray.model.loading import load_model
 
+        imported = time.time()
         torch.set_num_threads(max(1, int(cpus or 1)))
         # The tokenizer's batch encoding (Rust, rayon) likewise uses the actor's CPUs, not every
         # core: set here, in the actor's own process, before its first batch (a notebook's
         # in-process scorer leaves the kernel's threads alone).
         os.environ.setdefault("RAYON_NUM_THREADS", str(max(1, int(cpus or 1))))
         device = "cuda" if torch.cuda.is_available() and gpus else "cpu"
+        if device == "cuda":
+            torch.zeros(1, device=device)  # the CUDA context, timed apart from the weights
+        ready = time.time()
         self.loaded = load_model(**identity, device=device)
+        # Where this actor's start went (the manifest's timings.actor_start): on an H100 four GPU
+        # actors took about 15 s to score their first batch of a 200-review run (bench/README).
+        self.start_s = {
+            "process": max(0.0, began - asked_at) if asked_at else None,  # Ray's worker start (one clock per node)
+            "imports": imported - began,
+            "device": ready - imported,
+            "model": time.time() - ready,
+        }
         self.config = self.scorer = None
+
+    def start_seconds(self) -> dict:
+        return self.start_s
 
     def pid(self) -> int:
         return os.getpid()
@@ -65,6 +83,7 @@ class Pool:
     actors: list  # ActorHandles
     kept: bool  # whether it outlives the run (one node) or is released after it (a cluster)
     leases: object = None  # a ray.util.queue.Queue holding the actors not scoring a batch now (``queue``)
+    runs: int = 0  # runs this pool has scored to the end (a warm pool's next run finds it above 0)
 
     def queue(self):
         """The queue Ray Data's scoring tasks take a free actor from, made on first use: a small
@@ -120,7 +139,7 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
         max_task_retries=-1,
         scheduling_strategy="SPREAD",
     )
-    handles = [host.remote(identity(cfg), gpus, cfg.cpus_per_actor) for _ in range(actors)]
+    handles = [host.remote(identity(cfg), gpus, cfg.cpus_per_actor, time.time()) for _ in range(actors)]
     _pool["current"] = pool = Pool(key=key, actors=handles, kept=kept)
     log.info("starting %d scoring actor(s) for %s", actors, cfg.model)
     return pool
@@ -224,8 +243,33 @@ def current() -> Pool | None:
 def after_run() -> None:
     """A cluster's pool holds CPUs in Ray's books: released when its run ends."""
     pool = _pool.get("current")
-    if pool is not None and not pool.kept:
-        release()
+    if pool is not None:
+        pool.runs += 1
+        if not pool.kept:
+            release()
+
+
+def start_timings() -> dict | None:
+    """Where the current pool's actors spent their start, in seconds, the median over its actors:
+    ``process`` (asked for until the constructor ran: Ray's worker start), ``imports`` (torch,
+    transformers), ``device`` (the CUDA context; 0 on CPU), ``model`` (weights read and moved);
+    with ``actors`` and ``warm`` (started for an earlier run of this process). None without a pool
+    or when an actor does not answer within seconds (the run's outputs never wait on this)."""
+    pool = _pool.get("current")
+    if pool is None:
+        return None
+    import ray
+
+    try:
+        starts = ray.get([actor.start_seconds.remote() for actor in pool.actors], timeout=10)
+    except Exception as error:  # a lost actor, a timeout: the timings are a diagnosis, not a result
+        log.debug("the actors' start timings are not recorded: %s", error)
+        return None
+    medians = {}
+    for key in starts[0]:
+        values = [start[key] for start in starts if start.get(key) is not None]
+        medians[key] = round(statistics.median(values), 3) if values else None
+    return {**medians, "actors": len(starts), "warm": pool.runs > 0}
 
 
 def release() -> None:

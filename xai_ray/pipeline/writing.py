@@ -30,6 +30,7 @@ import yaml
 from xai_ray.config import RunConfig, resolve_target
 from xai_ray.methods.head_summary import HeadTotals
 from xai_ray.model.loading import describe_model
+from xai_ray.pipeline.pool import start_timings
 from xai_ray.progress import Progress
 from xai_ray.runtime import versions
 from xai_ray.scoring.segments import resolve_mode
@@ -236,6 +237,8 @@ def write(
         manifest = build_manifest(cfg, run_id, model, n_input, score_s, started)
         manifest["timings"]["docs_per_s"] = round(done / max(score_s, 1e-9), 3)  # this attempt's documents
         manifest["timings"]["actor_seconds"] = {k: round(v, 3) for k, v in sorted(actor_seconds.items())}
+        if rows is not None:  # actors scored in this attempt
+            manifest["timings"]["actor_start"] = start_timings()
         manifest["resumed"] = {**writer.reused, "docs_scored_now": done}
         manifest["nodes"] = sorted({r["node"] for r in writer.stage.records if r.get("node")})
         _whole_run_tables(writer, manifest)
