@@ -4,6 +4,7 @@ queries (given rows in a tiny hand-written store, expected rows computed by hand
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -453,3 +454,45 @@ def test_confusion_is_k_by_k_in_class_order():
     }
     x, y = encoding(spec)["x"], encoding(spec)["y"]
     assert x["sort"] == y["sort"] == ["sad", "neutral", "happy"]  # class-index order, not alphabetical
+
+
+def test_words_that_name_javascript_object_members_are_drawn():
+    """Vega keeps a nominal scale's values as keys of a plain object: a corpus whose top words
+    included "constructor" got empty charts in its report and no image export. Each chart that
+    shows words or class names is drawn here by Vega itself (vl-convert), with such words."""
+    import vl_convert
+
+    words = ["constructor", "toString", "valueOf", "film"]
+    top = pd.DataFrame(
+        {
+            "method": ["rollout"] * 4,
+            "layer": [2] * 4,
+            "group": ["all"] * 4,
+            "word": words,
+            "mean_score": [0.5, 0.4, 0.3, 0.2],
+            "occurrences": [3] * 4,
+            "documents": [3] * 4,
+            "ci_low": [0.4, 0.3, 0.2, 0.1],
+            "ci_high": [0.6, 0.5, 0.4, 0.3],
+        }
+    )
+    contrast = top.assign(
+        side=["positive", "negative", "positive", "negative"],
+        difference=[0.2, -0.3, 0.1, -0.1],
+        mean_pos=0.2,
+        mean_neg=0.1,
+        occurrences_pos=2,
+        occurrences_neg=2,
+    )
+    counts = pd.DataFrame({"label": [0, 1], "pred": [1, 1], "documents": [2, 3]})
+    made = {
+        "headline": (charts.topk_bar(top, "top"), words),
+        "facets": (charts.topk_facets(top, "method", "per method"), words),
+        "explorer": (charts.topk_explorer(top, "rollout", 2, 1, "explore"), words),
+        "contrast": (charts.contrast_bars(contrast, "positive", "negative", "contrast"), words),
+        "confusion": (charts.confusion(counts, {0: "constructor", 1: "toString"}), ["constructor", "toString"]),
+    }
+    for name, (chart, expected) in made.items():
+        svg = vl_convert.vegalite_to_svg(charts.spec(chart))
+        drawn = {text.replace(charts.JOINER, "") for text in re.findall(r"<text[^>]*>([^<]+)</text>", svg)}
+        assert set(expected) <= drawn, (name, sorted(drawn))

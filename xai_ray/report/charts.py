@@ -13,13 +13,35 @@ WIDTH = 520
 AXIS = {"lift": "mean lift per review (1 = even spread)", "share": "mean share of the review's score"}
 
 
+# The methods every JavaScript object inherits. Vega keeps a nominal scale's values as keys of a
+# plain object, so a word such as "constructor" or "toString" among a chart's values emptied the
+# chart in the page and failed its image export (vega-encode 5.1, 2026-11).
+OBJECT_MEMBERS = frozenset(
+    "constructor hasOwnProperty isPrototypeOf propertyIsEnumerable toLocaleString toString valueOf"
+    " __defineGetter__ __defineSetter__ __lookupGetter__ __lookupSetter__".split()
+)
+JOINER = "\u2060"  # WORD JOINER: zero width, so the word reads the same and is no longer a member name
+
+
 def spec(chart) -> dict:
     """A chart's Vega-Lite spec, its data inline however many rows it has: the page holds them
     anyway, and altair's default limit (5,000) is passed by a deep model's heads (48 layers x 12
     heads x 9 statistics) or a long review's words on a 12-layer model. Not validated against the
-    Vega-Lite schema here (see ``unchecked``)."""
+    Vega-Lite schema here (see ``unchecked``). Every string value that names an ``OBJECT_MEMBERS``
+    method (a word, a class name; in the data, sort lists and controls alike) is drawn with a
+    zero-width ``JOINER`` after it."""
     with alt.data_transformers.disable_max_rows():
-        return chart.to_dict(validate=False)
+        return _drawable(chart.to_dict(validate=False))
+
+
+def _drawable(value):
+    if isinstance(value, str):
+        return value + JOINER if value in OBJECT_MEMBERS else value
+    if isinstance(value, dict):
+        return {key: _drawable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_drawable(item) for item in value]
+    return value
 
 
 def unchecked():
