@@ -146,3 +146,34 @@ def test_every_command_taking_methods_lists_every_method(command):
     (methods,) = [a for a in _subparsers()[command]._actions if "--methods" in a.option_strings]
     listed = methods.help.split("from: ", 1)[1].split(" (default", 1)[0].split(", ")
     assert listed == sorted(REGISTRY)
+
+
+@pytest.mark.parametrize(
+    "fault, status, sentence",
+    [
+        (OSError(28, "No space left on device"), 2, "xai-ray: no space left on the device; free some"),
+        (KeyboardInterrupt(), 130, "xai-ray: interrupted"),
+    ],
+)
+def test_a_full_disk_and_ctrl_c_end_a_command_in_one_line(fault, status, sentence, monkeypatch, capsys):
+    """Both ended a run with a traceback (the run's committed parts were kept, and `--resume` finished
+    it): now one line and the status a shell expects (130 for Ctrl-C)."""
+    import importlib
+
+    entry = importlib.import_module("xai_ray.cli.main")  # the module (``cli.main`` is its function)
+
+    def fails(args):
+        raise fault
+
+    monkeypatch.setitem(entry.COMMANDS, "sql", fails)
+    assert cli.main(["sql", "--store", ".", "select 1"]) == status
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith(sentence), said
+
+
+@pytest.mark.parametrize("run_id", ["", "  "])
+def test_an_empty_resume_id_is_refused_not_a_new_run(run_id, tmp_path, capsys):
+    """`--resume ""` started a new run with the default config (and tried the Hub's IMDB)."""
+    assert cli.main(["run", "--resume", run_id, "--store", str(tmp_path)]) == 2
+    assert "--resume needs the id of the unfinished run" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing started, nothing written

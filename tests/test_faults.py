@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from xai_ray.query.connection import open_store
+from xai_ray.query.connection import QueryError, open_store
 from xai_ray.store import StoreError, files
 from xai_ray.store.layout import run_dir, staging_dir
 from xai_ray.store.scores_v3 import row_runs
@@ -175,6 +175,80 @@ def test_parts_are_committed_durably_and_reused(tmp_path, batches):
     assert_exactly_once(tmp_path, "r", batches)
 
 
+def test_a_damaged_part_of_an_unfinished_run_is_scored_again(tmp_path, batches):
+    """A part whose file is gone, or whose record is cut short, counted as committed: a resume then
+    skipped its documents, and the published run held them nowhere (neither docs nor errors)."""
+    writer = RunWriter(tmp_path, "r", METHODS, part_rows=1)
+    for batch in batches[:3]:
+        writer.write(batch)
+    writer.abort(keep_parts=True)
+    folder = staging_dir(tmp_path, "r")
+    (folder / "docs" / "part-1.parquet").unlink()  # a file gone
+    record = folder / "_parts" / "part-2.json"
+    record.write_bytes(record.read_bytes()[:50])  # a record cut short
+
+    again = RunWriter(tmp_path, "r", METHODS, part_rows=1)
+    assert again.done_ids == {"d0", "d1"} and again.reused["parts"] == 1
+    assert sorted(p.name for p in (folder / "token_scores").iterdir()) == ["part-0.parquet"]  # the rest swept
+    for batch in batches:
+        mask = [doc_id not in again.done_ids for doc_id in batch.column("doc_id").to_pylist()]
+        again.write(batch.filter(mask))
+    again.publish({"created_at": "x"})
+    assert_exactly_once(tmp_path, "r", batches)
+
+
+def test_a_published_run_missing_a_part_file_is_refused_not_read_short(tmp_path, batches):
+    writer = RunWriter(tmp_path, "r", METHODS, part_rows=1)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x"})
+    (run / "docs" / "part-1.parquet").unlink()
+    with pytest.raises(QueryError, match=r"run 'r' is damaged: docs/part-1.parquet, which _parts/part-1.json lists"):
+        open_store(tmp_path)
+    (run / "token_scores" / "part-2.parquet").write_bytes(b"PAR1 cut short")  # no closing magic bytes
+    (run / "_parts" / "part-1.json").unlink()  # (its part no longer counts)
+    with pytest.raises(QueryError, match=r"token_scores/part-2.parquet, which _parts/part-2.json lists"):
+        open_store(tmp_path)
+
+
+@pytest.mark.parametrize("claimed", [1, 2])
+def test_a_manifest_edited_to_another_layout_is_refused_not_read_empty(tmp_path, batches, claimed):
+    """A layout-3 run whose manifest was edited to say layout 1 or 2 gave empty ``words`` (and
+    ``tokens``) views without a word: its parts' records say how they were written."""
+    writer = RunWriter(tmp_path, "r", METHODS)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x"})
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["store_layout"] == 3
+    (run / "manifest.json").write_text(json.dumps({**manifest, "store_layout": claimed}))
+    with pytest.raises(
+        QueryError,
+        match=rf"says store layout {claimed} in its manifest, but _parts/part-0.json was written in layout 3",
+    ):
+        open_store(tmp_path)
+
+
+def test_a_part_damaged_inside_is_one_sentence_in_every_command(tmp_path, batches, capsys):
+    """A file that keeps its closing magic bytes but whose insides are damaged passes the views'
+    check and fails when DuckDB reads it: `sql`, `topk` and `report` say so in one line."""
+    from xai_ray import cli
+
+    writer = RunWriter(tmp_path, "r", METHODS, part_rows=1)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x", "config": {"methods": METHODS}})
+    part = run / "token_scores" / "part-1.parquet"
+    part.write_bytes(b"PAR1" + b"\x5a" * (part.stat().st_size - 8) + b"PAR1")
+    for argv in (
+        ["sql", "--store", str(tmp_path), "select sum(score) from tokens"],
+        ["topk", "--store", str(tmp_path), "--method", "rollout", "--layer", "2", "--k", "3"],
+    ):
+        assert cli.main(argv) == 2, argv
+        said = capsys.readouterr().err.strip().splitlines()
+        assert len(said) == 1 and said[0].startswith("xai-ray: ") and "part-1.parquet" in said[0], said
+
+
 def test_a_resume_with_other_settings_is_refused(tmp_path, batches):
     writer = RunWriter(tmp_path, "r", METHODS, identity={"methods": METHODS, "max_length": 32}, part_rows=1)
     writer.write(batches[0])
@@ -324,3 +398,18 @@ def test_the_deferred_flow_stage_never_fails_a_batch(scorer_factory, monkeypatch
     failed = stage(batch).to_pylist()
     assert sorted(r["doc_id"] for r in failed) == ["d0", "d1", "d2"]  # the scorer sorts by length
     assert all(r["error"] == "flow failed: ZeroDivisionError: division by zero" for r in failed)
+
+
+@pytest.mark.parametrize("name", ["proj [v1]", "st*ar", "what?"])
+def test_a_store_path_with_glob_characters_reads_its_own_files(tmp_path, batches, name):
+    """DuckDB takes a path holding [, * or ? as a pattern: the views of a store at "proj [v1]"
+    read the files of the store "proj v" beside it (the same run id), or failed on them."""
+    ours, beside = tmp_path / name, tmp_path / name.replace("[v1]", "v").replace("*", "").replace("?", "")
+    for store, chosen in ((ours, batches[:2]), (beside, batches[2:4])):
+        writer = RunWriter(store, "r", METHODS)
+        for batch in chosen:
+            writer.write(batch)
+        writer.publish({"created_at": "x"})
+    con = open_store(ours)
+    assert sorted(con.execute("select doc_id from docs").df().doc_id) == ["d0", "d1", "d2", "d3"]
+    assert con.execute("select count(distinct doc_id) from tokens").fetchone() == (4,)

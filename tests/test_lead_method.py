@@ -60,3 +60,24 @@ def test_the_default_order_names_every_registered_method():
     from xai_ray.methods import REGISTRY
 
     assert sorted(PRIOR) == sorted(REGISTRY)
+
+
+def test_a_notebook_runs_topk_leads_with_the_method_the_command_line_leads_with(tmp_path, scorer_factory, capsys):
+    """``Run.topk()`` fell back to "rollout if run, else the first method" while ``xai-ray topk`` and
+    the report asked the leaderboard: with raw and norm stored they showed different methods."""
+    from xai_ray import Run, cli
+    from xai_ray.store.writer import RunWriter
+
+    methods = ["raw", "norm"]
+    scorer = scorer_factory("bert", methods=("raw", "norm"))
+    texts = ["the film was good", "bad movie", "i loved the story", "not very boring"]
+    writer = RunWriter(tmp_path, "r", methods)
+    writer.write(scorer({"doc_id": ["a", "b", "c", "d"], "text": texts, "label": [1, 0, 1, 0]}))
+    writer.publish({"created_at": "2026-01-01T00:00:00", "config": {"methods": methods}, "model": {"n_layers": 2}})
+
+    assert cli.main(["topk", "--store", str(tmp_path), "--k", "3", "--min-docs", "1", "--format", "csv"]) == 0
+    said = capsys.readouterr()
+    assert "xai-ray: method norm:" in said.err  # the default order puts norm before raw
+    shown = Run.load(str(tmp_path)).topk(k=3, min_docs=1)
+    assert shown["word"].tolist() == [line.split(",")[2] for line in said.out.splitlines()[1:]]
+    assert shown["word"].tolist() == Run.load(str(tmp_path)).topk(method="norm", k=3, min_docs=1)["word"].tolist()

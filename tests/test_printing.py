@@ -31,9 +31,35 @@ def test_a_whole_number_beside_a_null_stays_whole_and_null_stays_apart_from_nan(
     floats = pa.table({"x": pa.array([float("nan"), None, float("inf"), 0.5]), "n": ["a", "b", "c", "d"]})
     assert printed(capsys, [floats], "csv") == "x,n\nnan,a\n,b\ninf,c\n0.5,d\n"
     text = printed(capsys, [floats], "json")
-    assert '"x":NaN' in text and '"x":null' in text and '"x":Infinity' in text  # three different values
-    rows = json.loads(text)  # Python's reader takes NaN and Infinity
-    assert rows[1] == {"x": None, "n": "b"} and rows[2]["x"] == float("inf") and rows[0]["x"] != rows[0]["x"]
+    rows = json.loads(text, parse_constant=_refused)  # strict JSON: no bare NaN or Infinity
+    assert [row["x"] for row in rows] == ["NaN", None, "Infinity", 0.5]  # three different values stay apart
+
+
+def _refused(literal: str):
+    raise AssertionError(f"{literal} is no JSON: JavaScript's JSON.parse and jq refuse it")
+
+
+def test_json_is_strict_at_any_depth_and_leaves_strings_alone(capsys):
+    table = pa.table(
+        {
+            "scores": pa.array([[1.0, float("nan"), float("-inf"), None]]),
+            "pair": pa.array([{"a": float("inf"), "b": 'NaN "Infinity" -Infinity'}]),
+        }
+    )
+    (row,) = json.loads(printed(capsys, [table], "json"), parse_constant=_refused)
+    assert row == {
+        "scores": [1.0, "NaN", "-Infinity", None],
+        "pair": {"a": "Infinity", "b": 'NaN "Infinity" -Infinity'},
+    }
+
+
+def test_a_carriage_return_in_csv_is_quoted_so_the_row_stays_one(capsys):
+    import csv
+    import io
+
+    table = pa.table({"a": ["x\ry"], "b": ["\r"], "c": ["z"]})
+    text = printed(capsys, [table], "csv")
+    assert list(csv.reader(io.StringIO(text, newline=""))) == [["a", "b", "c"], ["x\ry", "\r", "z"]]
 
 
 def test_dates_decimals_lists_structs_and_intervals_read_as_in_duckdb(capsys):

@@ -226,11 +226,14 @@ class Run:
     ) -> pd.DataFrame:
         """Top-k words as ``xai-ray topk`` ranks them: mean per-review ``stat`` (``lift`` by default,
         ``share`` the older one), at least ``min_docs`` reviews (default scaled with the run), each row
-        with its 95% interval; ``exclude``: "punct,stop". Method defaults to rollout if run."""
+        with its 95% interval; ``exclude``: "punct,stop". Method: by default the one the run's own
+        leaderboard ranks best, as for ``xai-ray topk`` and the report."""
         from xai_ray.query.top_words import topk
+        from xai_ray.report.leaderboard import lead_method
 
-        methods = self.manifest.get("config", {}).get("methods") or ["rollout"]
-        method = method or ("rollout" if "rollout" in methods else methods[0])
+        if method is None:
+            methods = self.manifest.get("config", {}).get("methods") or ["rollout"]
+            method, _ = lead_method(self._database(), self.run_id, methods)
         return topk(
             self._database(),
             self.run_id,

@@ -9,6 +9,7 @@ sentence on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -26,6 +27,18 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from xai_ray.train.examples import FinetuneError
 
     return (ConfigError, CorpusError, ModelError, QueryError, StoreError, FinetuneError)
+
+
+def _duckdb_error() -> type[Exception]:
+    """DuckDB's errors: met outside user SQL (which runs in its own process and says so in its own
+    words), they come from store files gone since the views were made, cut short, or damaged inside."""
+    import duckdb
+
+    return duckdb.Error
+
+
+def first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     except _user_errors() as err:
         print(f"xai-ray: {err}", file=sys.stderr)
         return 2
+    except _duckdb_error() as err:  # a store file cut short or damaged, met while DuckDB reads it
+        if args.verbose:
+            raise
+        unreadable = "IOException" in type(err).__name__ or "InvalidInput" in type(err).__name__
+        what = "a file of the store cannot be read" if unreadable else "DuckDB failed on the store (a damaged file?)"
+        print(f"xai-ray: {what}: {first_line(err)} (-v shows where)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: a run's committed parts are kept (`run --resume RUN_ID`)
+        print("xai-ray: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, like coreutils (128 + SIGPIPE), and point
         # stdout at /dev/null so the interpreter's last flush cannot fail again.
@@ -68,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except OSError as err:
+        if err.errno == errno.ENOSPC:  # a disk filled up mid-run: what was committed stays
+            print(
+                "xai-ray: no space left on the device; free some and run the command again (a run keeps its "
+                "committed parts: `xai-ray run --resume RUN_ID --store STORE` finishes it)",
+                file=sys.stderr,
+            )
+            return 2
         if err.filename is None:  # not about a path the user named: a real fault, keep its traceback
             raise
         # a path of the user's (--store, --out, --log, ...) the system refused: one sentence

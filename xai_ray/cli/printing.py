@@ -4,18 +4,23 @@ Rows arrive as Arrow record batches (``query.isolated.stream``) and are printed 
 DuckDB renders each value, so what is printed is what the query returned: a BIGINT stays a whole
 number beside a NULL, NULL and NaN stay apart, dates and timestamps are ISO text, DECIMALs keep
 their digits, and lists, structs and intervals read as in DuckDB. csv: a header, then one line a
-row, NULL an empty field. json: one array of objects (DuckDB's ``to_json``: NaN and Infinity are
-written as the literals Python's and JavaScript's readers know, not as null). table: the first
+row, NULL an empty field (a field holding a line break or a carriage return is quoted). json: one
+array of objects (DuckDB's ``to_json``), strict JSON: NaN and the infinities, at any depth, are
+the strings "NaN", "Infinity" and "-Infinity" (JSON has no literal for them; JavaScript's and jq's
+readers refuse DuckDB's bare ones), NULL is null. table: the first
 ``TABLE_ROWS`` rows aligned, NULL written as NULL.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from collections.abc import Iterable, Iterator
 
 TABLE_ROWS = 500
+# In DuckDB's JSON text: a string (kept as it is), or a NaN or infinity written as a bare literal.
+JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')
 
 
 def print_rows(batches: Iterable, fmt: str) -> None:
@@ -32,12 +37,17 @@ def print_rows(batches: Iterable, fmt: str) -> None:
 
 def _csv(batches) -> None:
     out = csv.writer(sys.stdout, lineterminator="\n")
+    # csv quotes a field holding its line terminator ("\n") but not a bare "\r", which readers
+    # take as a line break too: a row holding one is written with every field quoted.
+    quoted = csv.writer(sys.stdout, lineterminator="\n", quoting=csv.QUOTE_ALL)
     header = False
     for names, rows in _as_text(batches):
         if not header:
             out.writerow(names)
             header = True
-        out.writerows(["" if value is None else value for value in row] for row in rows)
+        for row in rows:
+            values = ["" if value is None else value for value in row]
+            (quoted if any("\r" in value for value in values) else out).writerow(values)
 
 
 def _json(batches) -> None:
@@ -45,9 +55,17 @@ def _json(batches) -> None:
     for _, rows in _as_text(batches, json=True):
         for (record,) in rows:
             sys.stdout.write(",\n " if opened else "[\n ")
-            sys.stdout.write(record)
+            sys.stdout.write(_strict(record))
             opened = True
     sys.stdout.write("\n]\n" if opened else "[]\n")
+
+
+def _strict(record: str) -> str:
+    """``record`` as strict JSON: each bare NaN, Infinity or -Infinity outside a string, at any depth,
+    written as a string ("NaN", ...); strings untouched."""
+    if "NaN" not in record and "Infinity" not in record:
+        return record
+    return JSON_TOKENS.sub(lambda m: m.group(0) if m.group(0).startswith('"') else f'"{m.group(0)}"', record)
 
 
 def _table(batches) -> None:

@@ -88,7 +88,7 @@ def cmd_run(args) -> int:
     from xai_ray import config, pipeline
 
     given = {**flags.run_flags(args), "run_id": args.run_id, "report": args.report}
-    if args.resume:
+    if args.resume is not None:  # "" too: an empty id names no run (it started a new one with the defaults)
         given = {k: v for k, v in given.items() if k not in ("store", "run_id")}
         cfg = pipeline.resume_config(args.store or "store", args.resume, given, args.sets)
     else:

@@ -208,8 +208,13 @@ def _run_through_mirror(cfg: RunConfig) -> RunResult:
 
 def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:
     """The config an unfinished run was started with (its staging keeps it), execution flags on top."""
-    from xai_ray.config import resolve
+    from xai_ray.config import ConfigError, resolve
 
+    if not run_id.strip():
+        raise ConfigError(
+            "--resume needs the id of the unfinished run, as the line that said it stopped gives it "
+            "(its parts are in STORE/_staging/run_id=ID)"
+        )
     saved = layout.staged_config(store, run_id)
     if not saved.is_file():
         if layout.run_dir(store, run_id).is_dir():

@@ -67,11 +67,18 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
     totals = sorted(str(f) for f in totals if f.is_file() and store_layout.inside(root, f))
     if totals:  # the runs' kept word totals (keep_word_totals): topk's fast path
         readable += totals
-        con.execute("SET VARIABLE files_word_totals = ?", [totals])
+        con.execute("SET VARIABLE files_word_totals = ?", [as_written(totals)])
         con.execute(f"create view word_totals as {sql_text('view_word_totals')}")
     if sandbox:
         lock_down(con, readable, limits)
     return con
+
+
+def as_written(paths: list[str]) -> list[str]:
+    """``paths`` for DuckDB's file readers, which take a path holding ``*``, ``?`` or ``[`` as a
+    pattern: a store at "proj [v1]" read the files of a store beside it at "proj v". Each such
+    character is written as a class of itself (``[[]``), which matches only it."""
+    return ["".join(f"[{c}]" if c in "*?[" else c for c in path) for path in paths]
 
 
 def _create_views(con, root: Path, runs: list[Path], tables, prefix: str) -> list[str]:
@@ -88,11 +95,11 @@ def _create_views(con, root: Path, runs: list[Path], tables, prefix: str) -> lis
         for name, found in files.items():
             readable += found
             if found and table not in SOURCES:
-                con.execute(f"SET VARIABLE files_{name} = ?", [found])
+                con.execute(f"SET VARIABLE files_{name} = ?", [as_written(found)])
         if table in SOURCES:
             select, bound = view_sql(table, layouts, files, sql_text)
             for variable, found in bound.items():
-                con.execute(f"SET VARIABLE {variable} = ?", [found])
+                con.execute(f"SET VARIABLE {variable} = ?", [as_written(found)])
             if select is not None and prefix == "union":
                 select = sql_text(f"union_{table}").replace("@parts@", select)
         else:
@@ -126,7 +133,8 @@ def lock_down(con, readable: list[str], limits: Limits | None = None) -> None:
         con.execute(f"SET memory_limit = '{limits.memory_bytes}B'")  # SET takes no parameters; checked by Limits
         con.execute(f"SET threads = {int(limits.threads)}")
     con.execute("SET allowed_directories = []")
-    con.execute("SET allowed_paths = ?", [readable])
+    # Each file as DuckDB is asked for it (``as_written``) and as it is found: both are checked.
+    con.execute("SET allowed_paths = ?", [list(dict.fromkeys(readable + as_written(readable)))])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
 

@@ -142,6 +142,8 @@ def _why(child: subprocess.Popen, stopped: threading.Event, errors, limits: Limi
 
 def main() -> int:
     """The child: read the request, open the store, cap memory, send the rows (or one sentence)."""
+    import duckdb
+
     from xai_ray.query.connection import open_store
     from xai_ray.query.user_sql import stream_arrow
     from xai_ray.store import StoreError
@@ -172,6 +174,8 @@ def main() -> int:
         return 0
     except (QueryError, StoreError) as err:  # StoreError: a run folder that cannot be read as one
         return _refuse(str(err))
+    except (duckdb.IOException, duckdb.InvalidInputException) as err:  # a store file damaged or cut short
+        return _refuse(f"a file of the store cannot be read: {(str(err).strip().splitlines() or ['?'])[0]}")
     except MemoryError:
         return _refuse(
             f"the query needs more memory than --memory-limit {limits.memory_limit} allows (DuckDB's limit and "

@@ -13,7 +13,6 @@ against ``schemas.SLICE`` before they enter SQL.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from xai_ray.query.limits import QueryError
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import SLICE
 from xai_ray.store.scores_v2 import TOKEN_TABLE, WORD_TABLE
-from xai_ray.store.staging import PARTS
+from xai_ray.store.staging import PARTS, read_record, unreadable_files
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ def run_layouts(run_dirs: list[Path]) -> dict[Path, dict]:
             "layout": version,
             "slices": _slice_names(manifest, "slices", folder) if version > 1 else [],
             "shares": _slice_names(manifest, "shares", folder) if version > 2 else [],
-            "parts": part_columns(folder) if version > 1 else {},
+            "parts": part_columns(folder, version),
         }
     return found
 
@@ -139,19 +138,37 @@ def _groups(files: list[str], runs: dict[Path, dict], name: str) -> dict[tuple[b
     return groups
 
 
-def part_columns(run: Path) -> dict[str, tuple[frozenset, frozenset]]:
+def part_columns(run: Path, version: int) -> dict[str, tuple[frozenset, frozenset]]:
     """Each file of ``run``'s committed parts (relative to the run) -> the slices it holds and
     those whose shares it keeps, from the parts' records (``_parts/part-*.json``); a record that
-    cannot be read describes nothing."""
+    cannot be read describes nothing. Refused, because the views would read the run short and say
+    nothing: a file a record names that is gone or cut short, and a part written in another store
+    layout than the manifest's ``version`` (a hand-edited manifest)."""
     found = {}
     for path in sorted((run / PARTS).glob("part-*.json")):
-        try:
-            record = json.loads(path.read_text())
-            described = (frozenset(record.get("slices") or []), frozenset(record.get("shares") or []))
-            for name in record["files"]:
-                found[str(name)] = described
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        record = read_record(path)
+        if record is None:
             continue
+        written = record.get("layout")
+        if isinstance(written, int) and written != version:
+            raise QueryError(
+                f"run {run.name.removeprefix('run_id=')!r} says store layout {version} in its manifest, but "
+                f"{PARTS}/{path.name} was written in layout {written}; restore the manifest or move the run "
+                "folder out of the store"
+            )
+        damaged = unreadable_files(run, record)
+        if damaged:
+            raise QueryError(
+                f"run {run.name.removeprefix('run_id=')!r} is damaged: {damaged[0]}, which {PARTS}/{path.name} "
+                "lists, is missing or not a whole Parquet file; restore the run folder from a copy, or delete "
+                f"it ({run}) and run it again"
+            )
+        try:
+            described = (frozenset(record.get("slices") or []), frozenset(record.get("shares") or []))
+        except TypeError:
+            continue
+        for name in record["files"]:
+            found[str(name)] = described
     return found
 
 

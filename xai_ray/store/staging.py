@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from xai_ray.store.files import write_atomically, write_parquet_atomically
 from xai_ray.store.records import PartRecord
 
 PARTS = "_parts"
+log = logging.getLogger("xai_ray")
 FILE_THREADS = 4
 
 
@@ -70,9 +72,23 @@ class Staging:
         write_atomically(path, json.dumps(identity, indent=2, sort_keys=True).encode())
 
     def _read_records(self) -> list[dict]:
+        """The committed parts, less any that cannot count: a record that does not read as one (cut
+        short, edited) or that names a file which is gone or not a whole Parquet file. Such a part is
+        removed (its files then too, by ``_sweep``), so its documents are scored again."""
         records = []
         for path in sorted((self.folder / PARTS).glob("part-*.json")):
-            records.append(json.loads(path.read_text()))
+            record = read_record(path)
+            damaged = ["its record"] if record is None else unreadable_files(self.folder, record)
+            if damaged:
+                log.warning(
+                    "%s: %s of %s cannot be read; the part is dropped and its documents are scored again",
+                    self.folder.name,
+                    ", ".join(damaged),
+                    path.stem,
+                )
+                path.unlink(missing_ok=True)
+                continue
+            records.append(record)
         return sorted(records, key=_order)
 
     def _sweep(self) -> None:
@@ -135,14 +151,46 @@ def remove_part(folder: Path, record: dict) -> None:
 
 def read_committed_ids(folder: Path) -> list[str]:
     """The documents the committed parts of a staging folder hold (read without the lock: what a
-    resumed run will not score again)."""
+    resumed run will not score again). A part the run's own open will drop (``Staging._read_records``)
+    holds none: its documents are scored again."""
     ids: list[str] = []
     for path in sorted((folder / PARTS).glob("part-*.json")):
-        try:
-            ids.extend(json.loads(path.read_text())["doc_ids"])
-        except (OSError, ValueError, KeyError):
-            continue  # a record being replaced right now: the run's own open reads it properly
+        record = read_record(path)
+        if record is not None and not unreadable_files(folder, record):
+            ids.extend(str(doc_id) for doc_id in record["doc_ids"])
     return ids
+
+
+def read_record(path: Path) -> dict | None:
+    """A part's record, or None where the file is not one (cut short, not JSON, fields missing)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    shaped = (
+        isinstance(record, dict)
+        and isinstance(record.get("files"), list)
+        and isinstance(record.get("doc_ids"), list)
+        and isinstance(record.get("part"), (int, str))
+    )
+    return record if shaped else None
+
+
+def unreadable_files(folder: Path, record: dict) -> list[str]:
+    """The files ``record`` names (relative to ``folder``) that are gone or are not whole Parquet
+    files: a complete one ends with the magic bytes ``PAR1``, which a cut-short copy lacks."""
+    bad = []
+    for name in record["files"]:
+        path = folder / str(name)
+        try:
+            with open(path, "rb") as file:
+                file.seek(-4, 2)
+                whole = file.read(4) == b"PAR1"
+        except OSError:  # gone, a folder, or shorter than 4 bytes
+            whole = False
+        if not whole:
+            bad.append(str(name))
+    return bad
 
 
 def _order(record: dict):
