@@ -413,3 +413,24 @@ def test_a_store_path_with_glob_characters_reads_its_own_files(tmp_path, batches
     con = open_store(ours)
     assert sorted(con.execute("select doc_id from docs").df().doc_id) == ["d0", "d1", "d2", "d3"]
     assert con.execute("select count(distinct doc_id) from tokens").fetchone() == (4,)
+
+
+def test_a_run_that_scored_nothing_leaves_the_next_runs_topk_alone(tmp_path, batches):
+    """A run whose every row failed kept word totals with null-typed text columns; as the store's
+    first run it made `topk`, `report` and every later run's summary fail on a cast error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from xai_ray.query.top_words import keep_word_totals, topk
+
+    for run_id, chosen in (("a-empty", batches[4:]), ("b-full", batches[:4])):
+        writer = RunWriter(tmp_path, run_id, METHODS)
+        for batch in chosen:
+            writer.write(batch)
+        writer.publish({"created_at": run_id, "config": {"methods": METHODS}})
+        kept = keep_word_totals(tmp_path, run_id)
+    empty = pq.read_schema(run_dir(tmp_path, "a-empty") / "aggregates" / "word_totals.parquet")
+    assert empty.field("word").type == pa.large_string() and empty.field("method").type == pa.large_string()
+    assert pq.read_metadata(kept).num_rows > 0
+    top = topk(open_store(tmp_path), "b-full", "rollout", 2, k=3, min_docs=1)
+    assert len(top) == 3 and top["word"].notna().all()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from xai_ray.query.limits import Limits, QueryError
 from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
@@ -64,7 +65,9 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
     readable = _create_views(con, root, runs, TABLES, "view")
     con.from_arrow(_runs_table(runs)).create_view("runs")
     totals = [store_layout.aggregate_file(root, store_layout.run_id_of(run), WORD_TOTALS) for run in runs]
-    totals = sorted(str(f) for f in totals if f.is_file() and store_layout.inside(root, f))
+    # A run that scored nothing keeps an empty file; one kept by an earlier version holds null-typed
+    # columns that no other run's file can be read beside: left out (topk then takes its slow path).
+    totals = sorted(str(f) for f in totals if f.is_file() and store_layout.inside(root, f) and _has_rows(f))
     if totals:  # the runs' kept word totals (keep_word_totals): topk's fast path
         readable += totals
         con.execute("SET VARIABLE files_word_totals = ?", [as_written(totals)])
@@ -72,6 +75,13 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
     if sandbox:
         lock_down(con, readable, limits)
     return con
+
+
+def _has_rows(path: Path) -> bool:
+    try:
+        return pq.ParquetFile(path).metadata.num_rows > 0
+    except (OSError, pa.ArrowException):  # cut short or damaged: the views' check names it, if a part
+        return False
 
 
 def as_written(paths: list[str]) -> list[str]:

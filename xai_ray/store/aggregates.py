@@ -20,12 +20,13 @@ def _tag(params: dict) -> bytes:
 
 
 def write_aggregate(
-    store: str | Path, run_id: str, name: str, params: dict, frame, row_group_size=None, **options
+    store: str | Path, run_id: str, name: str, params: dict, frame, row_group_size=None, schema=None, **options
 ) -> Path:
     """Keep a finished run's aggregate (a small DataFrame) beside it, tagged with its parameters;
-    ``row_group_size``: small groups let a filtered read skip most of a sorted file; ``options``
-    go to ``pyarrow.parquet.write_table`` (encodings, compression)."""
-    table = pa.Table.from_pandas(frame, preserve_index=False)
+    ``row_group_size``: small groups let a filtered read skip most of a sorted file; ``schema``:
+    its columns' types, which an empty frame cannot tell (its text columns would be written as
+    nulls); ``options`` go to ``pyarrow.parquet.write_table`` (encodings, compression)."""
+    table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
     table = table.replace_schema_metadata({PARAMS_KEY: _tag(params)})
     path = aggregate_file(store, run_id, name)
     return write_parquet_atomically(path, table, row_group_size=row_group_size, **options)
