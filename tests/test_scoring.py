@@ -61,6 +61,23 @@ def eager_reference(folder: str, text: str, max_length: int = 32):
     return probs, np.array(raw), np.array(rollout), word_ids
 
 
+def test_the_tokenizers_markers_written_in_a_review_are_read_as_text(tiny_model_dir, scorer_factory):
+    """A review holding "[SEP]" or an HTML "<s>" (RoBERTa's start marker) was fed to the model with
+    the marker's own id mid-review: special tokens only where the tokenizer adds them, on both
+    paths the scorer encodes by (transformers' call and the Rust tokenizer's batch encoding)."""
+    from xai_ray.model.loading import load_model
+
+    tokenizer = load_model(tiny_model_dir).tokenizer
+    markers = [tokenizer.cls_token, tokenizer.sep_token, tokenizer.pad_token, tokenizer.bos_token, "<s>", "[MASK]"]
+    text = "good " + " film ".join(str(m) for m in markers if m) + " plot"
+    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}  # a piece out of the vocabulary is [UNK]
+    ids = tokenizer(text)["input_ids"]
+    assert ids[0] in special and ids[-1] in special
+    assert not special & set(ids[1:-1]), tokenizer.convert_ids_to_tokens(ids)
+    (bare,) = tokenizer.backend_tokenizer.encode_batch([text], add_special_tokens=False)
+    assert not special & set(bare.ids)
+
+
 @pytest.fixture(scope="module", params=FAMILIES)
 def family(request):
     return request.param

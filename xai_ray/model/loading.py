@@ -51,6 +51,15 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+def text_only(tokenizer):
+    """``tokenizer`` (a fast one) reading a review as text: a "[SEP]" or "<s>" written in a review is
+    split like any other word instead of becoming the model's own marker mid-review (an HTML
+    strike-through ``<s>`` in a RoBERTa review did). The markers the tokenizer adds stay."""
+    tokenizer.split_special_tokens = True  # transformers' calls
+    tokenizer.backend_tokenizer.encode_special_tokens = True  # the Rust tokenizer called directly (segments)
+    return tokenizer
+
+
 def load_model(
     name: str,
     num_labels: int | None = None,
@@ -87,6 +96,7 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelError(f"model {name!r} has no fast tokenizer; word alignment needs word ids")
+    text_only(tokenizer)
     if attn_implementation == CAPTURE:
         _check_capture(name, model, tokenizer, _n_layers(config))
     info = {

@@ -258,13 +258,15 @@ def _prepare_storage(storage: Path, job: dict, job_key: str, resume: bool) -> No
 def _tokenizer(name: str, path: str, trust_remote_code: bool):
     from transformers import AutoTokenizer
 
+    from xai_ray.model.loading import text_only
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as err:
         raise FinetuneError(f"base model {name!r} has no loadable tokenizer ({type(err).__name__})") from None
     if not getattr(tokenizer, "is_fast", False):
         raise FinetuneError(f"base model {name!r} has no fast tokenizer; the explanations need word ids")
-    return tokenizer
+    return text_only(tokenizer)  # trained on reviews read as the scorer reads them
 
 
 def _check_out(out: Path, base: Path) -> None:
