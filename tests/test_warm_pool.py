@@ -70,6 +70,23 @@ def test_the_second_run_reuses_the_warm_actors(ray_cluster, tiny_bert_dir, tiny_
     fresh = scorer_actors(ray_cluster)
     assert len(fresh) == 2 and not set(fresh) & set(warm)  # another model: the old pool released
 
+    # The same folder, fine-tuned again in place (here: another model's files copied over it): new
+    # actors, and the run's scores are the new weights' (they kept the old ones before).
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, folder)
+    before = notebook_run(data, str(folder), tmp_path / "store", "before")
+    held = scorer_actors(ray_cluster)
+    for item in folder.iterdir():
+        item.unlink()
+    shutil.copytree(tiny_distilbert_dir, folder, dirs_exist_ok=True)
+    after = notebook_run(data, str(folder), tmp_path / "store", "after")
+    assert not set(scorer_actors(ray_cluster)) & set(held)
+    assert after.manifest["model"]["fingerprint"] == other.manifest["model"]["fingerprint"]
+    assert after.manifest["model"]["fingerprint"] != before.manifest["model"]["fingerprint"]
+    assert after.docs()[["doc_id", "pred"]].equals(other.docs()[["doc_id", "pred"]])
+
     xai_ray.shutdown()
     assert pool.current() is None and not ray_cluster.is_initialized()
 

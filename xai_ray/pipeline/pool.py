@@ -27,6 +27,7 @@ import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger("xai_ray")
 HOST = "ScorerHost"  # the actors' class name in Ray's actor table (tests find them by it)
@@ -114,6 +115,16 @@ def identity(cfg) -> dict:
     }
 
 
+def folder_state(name: str) -> tuple:
+    """What a local model folder holds now (each file's name, size and modification time): a model
+    fine-tuned again into the same folder gets new actors, where the warm ones would score with the
+    weights they loaded before. Empty for a Hub id."""
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+
+
 def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
     """The pool for ``cfg``'s model: this process's warm one when it matches, else a new one (the old
     released). Returns at once: the actors load the model in the background. ``early`` (before
@@ -122,7 +133,15 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
 
     nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
     session = _session()
-    key = (tuple(sorted(identity(cfg).items())), actors, gpus, cfg.cpus_per_actor, nodes, session)
+    key = (
+        tuple(sorted(identity(cfg).items())),
+        folder_state(cfg.model),
+        actors,
+        gpus,
+        cfg.cpus_per_actor,
+        nodes,
+        session,
+    )
     current = _pool.get("current")
     if current is not None and current.key == key:
         return current
