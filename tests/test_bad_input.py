@@ -362,3 +362,29 @@ def test_rerunning_a_run_id_with_other_settings_is_one_sentence(tmp_path, tiny_b
         assert status == 2 and f"was started with other settings {changed}" in err and "Traceback" not in err
     status = cli.main(["run", "--resume", "x", "--store", str(tmp_path / "s"), "--max-length", "16"])
     assert status == 2 and "(max_length)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "text, readable",
+    [
+        ("\x01\x02\x03", False),
+        ("\x00\x00", False),
+        ("\u200b\ufeff\u200d", False),
+        ("\u0301\u0308", False),  # combining marks with nothing to combine with
+        ("\u00a0\u3000 \u2028", False),
+        ("\u200bok\u200b", True),
+        ("!", True),
+        ("\u263a", True),
+    ],
+)
+def test_a_text_with_nothing_to_read_is_rejected_like_an_empty_one(text, readable, scorer_factory):
+    """Control, zero-width or combining characters alone were "scored": a prediction made on the
+    tokenizer's markers alone, with no word, and --evaluate failing on each such review."""
+    from xai_ray.data.screening import text_problem
+
+    problem = text_problem(text)
+    assert (problem is None) == readable, problem
+    (row,) = scorer_factory("bert")({"doc_id": ["t"], "text": [text], "label": [0]}).to_pylist()
+    assert row["error"] == problem
+    if readable:
+        assert len(row["words"]) >= 1

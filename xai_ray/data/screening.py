@@ -16,12 +16,16 @@ always read as an index, even when a model names its classes ``"1"``, ``"2"``, .
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from xai_ray.data.text import INVALID_UTF8, MARKED
+
+READABLE = "LNPS"  # Unicode categories a word can be made of: letters, numbers, punctuation, symbols
 
 
 def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -124,11 +128,16 @@ def _problem(text, label, classes, found) -> str | None:
 
 
 def text_problem(text) -> str | None:
-    """Why a text cannot be scored, or None."""
+    """Why a text cannot be scored, or None (the screening's and the scorer's one rule)."""
     if not isinstance(text, str):
         return "text is null" if _missing(text) else f"text is {type(text).__name__}, not a string"
     if not text.strip():
         return "text is empty or whitespace only"
+    if not any(unicodedata.category(c)[0] in READABLE for c in text):  # stops at the first letter
+        return (
+            "text has no letter, digit, punctuation or symbol (only spaces, control, zero-width or "
+            "combining characters): the model would see no word of it"
+        )
     return None
 
 

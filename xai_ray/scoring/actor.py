@@ -17,6 +17,7 @@ import time
 
 import pyarrow as pa
 
+from xai_ray.data.screening import text_problem
 from xai_ray.methods import get_method
 from xai_ray.methods.base import GLOBENC, NORM_ATTENTION
 from xai_ray.model.batching import token_budget_batches
@@ -31,7 +32,6 @@ from xai_ray.scoring.rows import (
     row_schema,
     score_arrays,
     table_of,
-    text_problem,
 )
 from xai_ray.scoring.settings import ScorerConfig
 from xai_ray.words import merge_batch

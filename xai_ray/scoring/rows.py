@@ -180,15 +180,6 @@ def head_columns(collector, n_docs: int) -> list[dict]:
     return columns
 
 
-def text_problem(text) -> str | None:
-    """Why a text cannot be scored, or None."""
-    if not isinstance(text, str):
-        return f"text is {type(text).__name__}, not a string" if not missing(text) else "text is null"
-    if not text.strip():
-        return "text is empty or whitespace only"
-    return None
-
-
 def missing(value) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value))
 
