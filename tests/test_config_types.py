@@ -54,6 +54,8 @@ WRONG = [
     ("methods=[1, 2]", ["methods", "list of names"]),
     ("methods=raw,rollout,raw", ["methods names raw more than once"]),  # a second copy's columns clash
     ("extra=[1]", ["extra", "mapping"]),
+    ("seed=1" + "0" * 400, ["seed", "beyond any setting's range"]),  # was an OverflowError's traceback
+    ("max_error_share=-1" + "0" * 400, ["max_error_share", "beyond any setting's range"]),
     # not a key, not a plain YAML value
     ("batch_sise=4", ["unknown config key 'batch_sise'", "batch_size"]),
     ("model=!!python/name:os.system", ["--set model", "not a plain YAML value"]),
@@ -96,6 +98,7 @@ def test_the_same_values_are_refused_from_a_yaml_file(tmp_path, item, words):
         ("limit=null", None),
         ("evaluate_fractions=0.1,0.5", (0.1, 0.5)),
         ("methods=[raw, flow]", ("raw", "flow")),
+        ("extra={1: a, b: {2: c}}", {"1": "a", "b": {"2": "c"}}),  # keys as JSON writes them: the manifest sorts them
     ],
 )
 def test_right_values_are_taken_as_their_declared_type(item, expected):

@@ -91,7 +91,8 @@ def check(name: str, value, annotation: str, rule: Rule | None = None):
         if converted is not _NO:
             break
     else:
-        raise ConfigError(f"{name} must be {_a(type_name(annotation))}, got {_shown(value)}")
+        beyond = " (beyond any setting's range)" if isinstance(value, int) and abs(value) > LARGEST else ""
+        raise ConfigError(f"{name} must be {_a(type_name(annotation))}{beyond}, got {_shown(value)}")
     if rule is not None and rule.nonempty and isinstance(converted, str) and not converted.strip():
         raise ConfigError(f"{name} must not be empty")
     if rule is not None and not (isinstance(converted, tuple) or rule.holds(converted)):
@@ -109,17 +110,33 @@ def _as(kind: str, value):
         return _NO
     if kind == "int":
         number = _number(value)
-        return int(number) if number is not _NO and float(number).is_integer() else _NO
+        if isinstance(number, int):
+            return number
+        return int(number) if number is not _NO and number.is_integer() else _NO
     if kind == "float":
         number = _number(value)
         return float(number) if number is not _NO else _NO
     if kind == "str":
         return value if isinstance(value, str) else _NO
     if kind == "dict":
-        return value if isinstance(value, dict) else _NO
+        return _text_keys(value) if isinstance(value, dict) else _NO
     if kind.startswith("tuple["):
         return _sequence(kind, value)
     return _NO
+
+
+LARGEST = 2**63 - 1  # a 64-bit signed integer's largest value
+
+
+def _text_keys(value):
+    """A mapping's keys as text, at every depth, as JSON will write them: YAML's ``{1: a, b: c}``
+    mixes int and text keys, which the manifest's sorted JSON could not order (a finished run then
+    failed to publish)."""
+    if isinstance(value, dict):
+        return {str(key): _text_keys(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_text_keys(item) for item in value]
+    return value
 
 
 def _number(value):
@@ -130,6 +147,8 @@ def _number(value):
         except ValueError:
             return _NO
     if not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+        return _NO
+    if isinstance(value, int) and abs(value) > LARGEST:  # no setting counts that far (nor could torch or Arrow)
         return _NO
     return value
 
