@@ -152,6 +152,25 @@ def test_interrupted_job_resumes_from_its_checkpoint(ray_cluster, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.ray
+def test_a_relative_base_with_a_head_of_three_classes_gets_a_fresh_two_class_head(
+    ray_cluster, tiny_model_factory, tmp_path, monkeypatch
+):
+    """The workers resolved a relative --base from their own folder (then tried the Hub), and a
+    base whose head has three classes failed to load with a two-class one."""
+    import shutil
+
+    shutil.copytree(tiny_model_factory("bert", classes=3), tmp_path / "three")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "model"
+    metrics = run_finetune(resolve(None, {**TINY, "epochs": 1, "base": "three", "out": str(out)})).metrics
+    assert metrics["base"]["path"] == str(tmp_path / "three")
+    from xai_ray.model.loading import load_model
+
+    assert load_model(str(out)).info["labels"] == {0: "negative", 1: "positive"}
+
+
+@pytest.mark.slow
+@pytest.mark.ray
 def test_worker_failure_is_recovered_within_one_run(ray_cluster, tmp_path):
     cfg = resolve(None, {**TINY, "epochs": 2, "out": str(tmp_path / "model")}, ["fail_after_epoch=1", "max_failures=1"])
     metrics = run_finetune(cfg).metrics  # FailureConfig(max_failures=1): Ray Train restarts the workers

@@ -182,3 +182,18 @@ def test_long_text_settings_are_checked():
         resolve(None, {"model": "m", "max_length": 64}, ["long_text=window", "window_stride=63"])
     with pytest.raises(ConfigError, match="--evaluate"):
         resolve(None, {"model": "m", "evaluate": True}, ["long_text=window"])
+
+
+def test_a_stride_past_the_models_own_window_scores_every_word(bert):
+    """window_stride was checked against the asked-for max_length (512), not the model's 64
+    positions: a stride of 200 over 62-token windows skipped the text between them, and the review
+    was stored short as "truncated" in a mode that promises nothing is cut."""
+    folder, _, tokenizer = bert
+    text = long_review(tokenizer, 400)
+    scorer = Scorer(
+        {"model": folder, "max_length": 512, "methods": ["raw"], "long_text": "window", "window_stride": 200}
+    )
+    (row,) = scorer({"doc_id": ["long"], "text": [text], "label": [1]}).to_pylist()
+    encoded = tokenizer(text, add_special_tokens=False)
+    assert row["error"] is None and not row["truncated"]
+    assert len(row["words"]) == len({w for w in encoded.word_ids() if w is not None})

@@ -86,3 +86,15 @@ def test_a_half_precision_checkpoint_computes_in_float32(folder):
     assert {p.dtype for p in loaded.parameters()} == {torch.float32}
     weight = loaded.bert.embeddings.word_embeddings.weight
     assert torch.equal(weight, stored["bert.embeddings.word_embeddings.weight"].float())  # upcast is exact
+
+
+@pytest.mark.parametrize("head", [{"num_labels": 1, "id2label": {"0": "LABEL_0"}}, {"problem_type": "regression"}])
+def test_a_regression_head_is_refused_before_anything_starts(folder, head):
+    """A single-output head was read as a classifier of one class: probability 1 for every review,
+    accuracy 1.0, and signed scores summing to 0."""
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **head}))
+    with pytest.raises(ModelError, match="has a single output"):
+        describe_model(str(folder))

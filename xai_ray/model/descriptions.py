@@ -14,7 +14,7 @@ from pathlib import Path
 from xai_ray.model.answers import keep, kept
 
 DESCRIPTIONS = "descriptions.json"
-RULES = 1  # bump when what describe_model derives from a config changes: older kept answers then go unread
+RULES = 2  # (2: a single-output head is refused) bump when what describe_model derives from a config changes: older kept answers then go unread
 # config.json's own names for what a description counts, by model family
 LAYERS = ("num_hidden_layers", "n_layers", "num_layers")
 HEADS = ("num_attention_heads", "n_heads", "num_heads")

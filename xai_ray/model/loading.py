@@ -224,6 +224,11 @@ def label_names(config, num_labels: int | None = None) -> dict[int, str]:
     given); two ``LABEL_i`` placeholders read as negative/positive."""
     labels = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
     count = int(num_labels or getattr(config, "num_labels", None) or len(labels) or 2)
+    if count < 2 or getattr(config, "problem_type", None) == "regression":
+        raise ModelError(
+            f"model {getattr(config, 'name_or_path', '') or config.model_type!r} has a single output (a regression "
+            "head): xai-ray explains classifiers of two or more classes (`xai-ray finetune --base` gives it one)"
+        )
     if count == 2 and (len(labels) != 2 or all(v == f"LABEL_{k}" for k, v in labels.items())):
         return {0: "negative", 1: "positive"}
     if sorted(labels) != list(range(count)):

@@ -82,7 +82,11 @@ class Scorer:
         )
         # long reviews (xai_ray.scoring.segments): head keeps the plain path; head_tail and window cut and merge
         self.long_text = segments.resolve_mode(config.run.long_text, config.run.model)
-        self.stride = config.run.window_stride
+        # A window holds max_length less the special tokens: a stride checked against the asked-for
+        # max_length can pass the model's own (capped) window and skip text between windows.
+        room = max(1, self.max_length - sum(len(ids) for ids in self.specials))
+        stride = config.run.window_stride
+        self.stride = None if stride is None else min(stride, room)
         self.schema = row_schema(list(self.methods), with_attention=bool(self.deferred))
         self.pid = os.getpid()
         self.evaluator = self._evaluator(config)

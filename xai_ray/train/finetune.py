@@ -57,6 +57,8 @@ def run_finetune(cfg: FinetuneConfig) -> FinetuneResult:
     from xai_ray.model.loading import read_model_config
 
     path, model_config = read_model_config(cfg.base, cfg.allow_pickle, cfg.trust_remote_code)
+    if Path(path).expanduser().is_dir():  # a folder named from here: the Ray Train workers start elsewhere
+        path = str(Path(path).expanduser().resolve())
     out = Path(cfg.out).expanduser().resolve()
     _check_out(out, Path(path))
     positions = getattr(model_config, "max_position_embeddings", None)

@@ -244,6 +244,7 @@ def _load(cls, source: str, config: dict, pickle_ok: bool):
         id2label=labels,
         label2id={v: k for k, v in labels.items()},
         attn_implementation="sdpa",
+        ignore_mismatched_sizes=True,  # a base with a head of other classes gets a fresh 2-class head
         dtype=torch.float32,  # fp32 master weights whatever the checkpoint's dtype; autocast does the rest
         use_safetensors=None if pickle_ok else True,
         trust_remote_code=config["trust_remote_code"],
