@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -259,3 +261,31 @@ def test_capture_in_small_row_blocks_equals_one_block(scorer_factory, monkeypatc
     for doc_id, row in whole.items():
         for method in METHODS:
             np.testing.assert_allclose(rows_to_scores(blocked[doc_id], method), rows_to_scores(row, method), atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["roberta-prelayernorm", "data2vec-text"])
+def test_roberta_style_models_outside_a_list_keep_within_their_positions(kind, tiny_roberta_dir, tmp_path):
+    """Positions start after the padding index in every RoBERTa-style embedding; a list of three
+    model types left RoBERTa-PreLayerNorm and Data2Vec-text one window too long: every review
+    longer than 62 tokens failed with an index error on a 64-position table."""
+    import json
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from xai_ray.scoring.actor import Scorer
+
+    base = json.loads((Path(tiny_roberta_dir) / "config.json").read_text())
+    config = AutoConfig.for_model(
+        kind, **{k: v for k, v in base.items() if k not in ("model_type", "architectures", "transformers_version")}
+    )
+    torch.manual_seed(0)
+    folder = tmp_path / kind
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(folder)
+    for name in Path(tiny_roberta_dir).iterdir():
+        if "token" in name.name or name.suffix in (".txt", ".json") and name.name != "config.json":
+            shutil.copy(name, folder / name.name)
+    scorer = Scorer({"model": str(folder), "max_length": 512, "methods": ["raw"]})
+    assert scorer.max_length == 62
+    (row,) = scorer({"doc_id": ["long"], "text": [" ".join(["good film"] * 100)], "label": [1]}).to_pylist()
+    assert row["error"] is None and row["truncated"] and row["n_tokens"] == 62

@@ -368,7 +368,11 @@ class Scorer:
 
 
 def _model_limit(tokenizer, model) -> int:
+    """The longest input the model's position table holds. RoBERTa-style embeddings (RoBERTa,
+    XLM-R, CamemBERT, RoBERTa-PreLayerNorm, Data2Vec-text, ...) number positions from their
+    ``padding_idx`` + 1, so that many fewer fit: read off the embeddings, not from a list of types."""
     limit = getattr(model.config, "max_position_embeddings", None) or 512
-    if getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta", "camembert"):
-        limit -= 2  # RoBERTa reserves two positions for the padding offset
+    padding = getattr(getattr(model.base_model, "embeddings", None), "padding_idx", None)
+    if isinstance(padding, int):
+        limit -= padding + 1
     return int(min(limit, getattr(tokenizer, "model_max_length", limit) or limit))
