@@ -4,6 +4,8 @@ its value projection, and a full-matrix rollout of them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -188,3 +190,35 @@ def test_a_long_review_in_windows_gets_norm_shares_for_every_word(tiny_bert_dir)
         shares = np.asarray(row[f"word_scores_{method}"]).reshape(row["n_layers"], n_words)
         np.testing.assert_allclose(shares.sum(axis=1), 1.0, atol=1e-5)
         assert (shares > 0).all()  # every word reached from its window
+
+
+def test_a_model_without_the_modules_norm_reads_is_refused_before_anything_starts(
+    tiny_model_dir, tiny_bert_dir, tmp_path
+):
+    """ALBERT's shared layer exposes no output projection the capture knows: every review became an
+    errors row in the actors. The structure is now read off the model built on the meta device."""
+    import shutil
+
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    from xai_ray.methods import methods_need
+    from xai_ray.model.files import ModelError
+    from xai_ray.model.structure import check_structure
+
+    needs = methods_need(["raw", "norm", "norm_rollout", "globenc"])
+    check_structure(tiny_model_dir, needs)  # BERT, DistilBERT, RoBERTa: what the capture reads is there
+
+    folder = tmp_path / "albert"
+    config = AlbertConfig(
+        vocab_size=200, embedding_size=8, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=64, num_labels=2,
+    )  # fmt: skip
+    AlbertForSequenceClassification(config).save_pretrained(folder)
+    for name in Path(tiny_bert_dir).iterdir():
+        if name.name != "config.json" and not name.name.endswith(".safetensors"):
+            shutil.copy(name, folder / name.name)
+    check_structure(str(folder), methods_need(["raw", "rollout"]))  # nothing norm-based asked: no check
+    with pytest.raises(ModelError, match="albert.*norm method needs each attention layer's output projection"):
+        check_structure(str(folder), methods_need(["raw", "norm"]))
+    with pytest.raises(ModelError, match="globenc method needs"):
+        check_structure(str(folder), methods_need(["globenc"]))

@@ -12,6 +12,6 @@ from xai_ray.methods import (  # noqa: F401  (registers the methods)
     raw,
     rollout,
 )
-from xai_ray.methods.base import REGISTRY, AttentionOptions, Method, get_method, mix_residual
+from xai_ray.methods.base import REGISTRY, AttentionOptions, Method, get_method, methods_need, mix_residual
 
-__all__ = ["REGISTRY", "AttentionOptions", "Method", "get_method", "mix_residual"]
+__all__ = ["REGISTRY", "AttentionOptions", "Method", "get_method", "methods_need", "mix_residual"]

@@ -198,6 +198,11 @@ def register(cls: type[Method]) -> type[Method]:
     return cls
 
 
+def methods_need(names) -> set[str]:
+    """The captures the methods ``names`` read (``Method.needs``); unknown names need none here."""
+    return {REGISTRY[name].needs for name in names if name in REGISTRY}
+
+
 def get_method(name: str, options: AttentionOptions | None = None) -> Method:
     if name not in REGISTRY:
         known = ", ".join(sorted(REGISTRY))

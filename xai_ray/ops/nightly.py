@@ -35,7 +35,9 @@ from pathlib import Path
 
 from xai_ray import pipeline, runtime
 from xai_ray.config import ConfigError, RunConfig, check_start_layer
+from xai_ray.methods import methods_need
 from xai_ray.model.loading import describe_model
+from xai_ray.model.structure import check_structure
 from xai_ray.progress import native_stderr_into, route_noise
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, remote
@@ -83,6 +85,7 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
     with nightly_lock(local), native_stderr_into(route_noise(store_layout.run_log(local, run_id))):
         model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
         check_start_layer(cfg.start_layer, model["n_layers"])
+        check_structure(cfg.model, methods_need(cfg.methods), cfg.allow_pickle, cfg.trust_remote_code)
         key = scoring_key(cfg)
         runs = matching_runs(local, key, date)
         foreign = other_runs(local, key)

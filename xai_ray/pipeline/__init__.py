@@ -19,8 +19,9 @@ from pathlib import Path
 from xai_ray import runtime
 from xai_ray.config import RunConfig, check_start_layer, resolve_target
 from xai_ray.data.head_docs import head_docs
-from xai_ray.methods import REGISTRY
+from xai_ray.methods import REGISTRY, methods_need
 from xai_ray.model.loading import describe_model
+from xai_ray.model.structure import check_structure
 from xai_ray.pipeline import pool
 from xai_ray.pipeline.batches import count_of, even_batch, order_corpus, scorer_input
 from xai_ray.pipeline.pool import actor_gpus, start_actors
@@ -87,6 +88,7 @@ def run(cfg: RunConfig) -> RunResult:
             model, found = _describe(cfg)  # the corpus planned before Ray starts: a source it cannot read stops here
             resolve_target(cfg.target, model["labels"])  # a class the model lacks: one sentence
             check_start_layer(cfg.start_layer, model["n_layers"])
+            check_structure(cfg.model, methods_need(cfg.methods), cfg.allow_pickle, cfg.trust_remote_code)
             if runtime.one_run_only():  # Ray is up already (_describe): the actors load while the corpus is counted
                 _start_early(cfg)
             corpus = read(cfg, found)
