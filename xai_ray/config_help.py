@@ -51,7 +51,7 @@ MEANINGS = {
     "text_column": "the column holding each document's text",
     "label_column": "the column holding the true class (0/1...); missing: labels are null",
     "id_column": "the column holding each document's id (read as text); missing: row numbers",
-    "clean_html": "turn <br /> and other HTML left in reviews into plain text before scoring",
+    "clean_html": "turn HTML line breaks (<br />, as IMDB writes them) into spaces before scoring; other markup stays text",
     "limit": "score a seeded random sample of this many documents (null: all)",
     "seed": "seed of the sample, of untrained classifier heads and of the heads_docs and heads_sample samples",
     "model": "Hub id, local Hugging Face model folder, or 'minilm' (the packaged all-MiniLM-L6-v2)",
