@@ -7,28 +7,14 @@ import json
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 
 from xai_ray.query import wordstats
 from xai_ray.query.connection import WORD_TOTALS, QueryError, open_store, pick_run, run_named
 from xai_ray.query.views import manifest_slices
+from xai_ray.store import schemas
 from xai_ray.store.aggregates import write_aggregate
 
 TOTALS_ROW_GROUP = 32_768
-TOTALS_SCHEMA = pa.schema(
-    [
-        ("method", pa.large_string()),
-        ("layer", pa.int32()),
-        ("pred", pa.int64()),
-        ("word", pa.large_string()),
-        ("total_lift", pa.float64()),
-        ("squares_lift", pa.float64()),
-        ("total_share", pa.float64()),
-        ("squares_share", pa.float64()),
-        ("occurrences", pa.int64()),
-        ("documents", pa.int64()),
-    ]
-)
 # The sums stay float64 (topk's variance is a difference of them) but split by byte before zstd, as
 # the parts' scores are; only the two string columns get dictionary pages: a third smaller than
 # with pyarrow's defaults on a real run (17.8 -> 11.8 KB a review, 192 reviews), the same values.
@@ -55,7 +41,7 @@ def keep_word_totals(store: str | Path, run_id: str) -> Path:
         {"query": WORD_TOTALS},
         frame,
         row_group_size=TOTALS_ROW_GROUP,
-        schema=TOTALS_SCHEMA,  # a run that scored nothing writes the same types as the others
+        schema=schemas.WORD_TOTALS,  # a run that scored nothing writes the same types as the others
         **TOTALS_OPTIONS,
     )
 

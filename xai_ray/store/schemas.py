@@ -136,6 +136,22 @@ RUNS = pa.schema(
         ("manifest", pa.string()),
     ]
 )
+# The aggregate stage's per-word sums of a run (query.top_words.keep_word_totals): typed here, as a
+# run that scored nothing writes them too (an empty frame's text columns would be null-typed).
+WORD_TOTALS = pa.schema(
+    [
+        ("method", pa.large_string()),
+        ("layer", pa.int32()),
+        ("pred", pa.int64()),
+        ("word", pa.large_string()),
+        ("total_lift", pa.float64()),
+        ("squares_lift", pa.float64()),
+        ("total_share", pa.float64()),
+        ("squares_share", pa.float64()),
+        ("occurrences", pa.int64()),
+        ("documents", pa.int64()),
+    ]
+)
 TABLES = {
     "docs": DOCS,
     "tokens": TOKENS,
