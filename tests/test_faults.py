@@ -434,3 +434,24 @@ def test_a_run_that_scored_nothing_leaves_the_next_runs_topk_alone(tmp_path, bat
     assert pq.read_metadata(kept).num_rows > 0
     top = topk(open_store(tmp_path), "b-full", "rollout", 2, k=3, min_docs=1)
     assert len(top) == 3 and top["word"].notna().all()
+
+
+def test_evaluate_of_a_run_whose_model_folder_is_gone_is_one_sentence(tmp_path, batches, tiny_bert_dir, capsys):
+    """The actors met the missing folder, each with Ray's tracebacks and retries, and the command
+    ended with a traceback: the folder is now checked before Ray starts."""
+    import shutil
+
+    from xai_ray import cli
+    from xai_ray.config import resolve
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, folder)
+    cfg = resolve(None, {"model": str(folder), "data": "reviews.parquet", "store": str(tmp_path / "store")})
+    writer = RunWriter(tmp_path / "store", "r", METHODS)
+    for batch in batches:
+        writer.write(batch)
+    writer.publish({"created_at": "x", "config": {**cfg.to_dict(), "methods": METHODS}})
+    shutil.rmtree(folder)
+    assert cli.main(["evaluate", "--store", str(tmp_path / "store"), "--run", "r"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and str(folder) in said[0] and "xai-ray: " in said[0], said

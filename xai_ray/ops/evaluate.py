@@ -18,7 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from xai_ray.config import RunConfig
-from xai_ray.progress import Progress
+from xai_ray.model.loading import describe_model
+from xai_ray.progress import Progress, native_stderr_into, route_noise
 from xai_ray.query.connection import open_store, pick_run, run_named
 from xai_ray.store import StoreError, layout
 from xai_ray.store.schemas import ERRORS, FAITHFULNESS
@@ -47,21 +48,26 @@ def evaluate_run(
         evaluate_share=share or cfg.evaluate_share,
         actors=cfg.actors if actors is None else actors,
     )
+    # The model's files checked here, before Ray: a folder deleted or moved since the run was scored
+    # failed in every actor, with Ray's tracebacks, instead of one sentence.
+    describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
     corpus = run_named(con, "run_corpus", run_id=run_id)
     con.close()
     log.info("evaluating run %s: %d documents", run_id, len(corpus))
     metrics, errors, seconds, fingerprints = [], [], {}, set()
     bar = Progress(len(corpus), "evaluating", "documents")
-    for batch in pipeline.score(corpus, cfg).iter_batches(batch_format="pyarrow", batch_size=None):
-        bar.update(batch.num_rows)
-        scored = [row for row in batch.to_pylist() if not row.get("error")]
-        fingerprints.update(row["model_fingerprint"] for row in scored if row.get("model_fingerprint"))
-        table, failed = faithfulness_tables(scored)
-        metrics.append(table)
-        errors.append(failed)
-        for row in scored:
-            for stage in ("gradient", "evaluate"):
-                seconds[stage] = seconds.get(stage, 0.0) + dict(row.get("seconds") or {}).get(stage, 0.0)
+    # Ray's and the libraries' chatter into the run's log, as `run` routes it (not onto the terminal)
+    with native_stderr_into(route_noise(layout.run_log(store, run_id))):
+        for batch in pipeline.score(corpus, cfg).iter_batches(batch_format="pyarrow", batch_size=None):
+            bar.update(batch.num_rows)
+            scored = [row for row in batch.to_pylist() if not row.get("error")]
+            fingerprints.update(row["model_fingerprint"] for row in scored if row.get("model_fingerprint"))
+            table, failed = faithfulness_tables(scored)
+            metrics.append(table)
+            errors.append(failed)
+            for row in scored:
+                for stage in ("gradient", "evaluate"):
+                    seconds[stage] = seconds.get(stage, 0.0) + dict(row.get("seconds") or {}).get(stage, 0.0)
     bar.close()
     expected = manifest.get("model", {}).get("fingerprint")
     if expected and fingerprints - {expected}:
