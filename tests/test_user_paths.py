@@ -195,3 +195,15 @@ def test_a_run_is_named_by_its_folder_whatever_its_manifest_says(tmp_path):
         (tmp_path / "store" / "runs" / f"run_id={folder}" / "manifest.json").write_text(json.dumps(manifest))
     con = open_store(tmp_path / "store")
     assert sorted(r for (r,) in con.execute("select run_id from runs").fetchall()) == ["moved", "r"]
+
+
+def test_a_ray_address_where_nothing_answers_is_one_sentence_not_a_silent_wait(tmp_path, tiny_bert_dir, monkeypatch, capsys):
+    """`RAY_ADDRESS=HOST:PORT xai-ray run` with no head there printed nothing for minutes (ray.init
+    retrying) until a timeout killed it."""
+    data = tmp_path / "reviews.parquet"
+    pd.DataFrame({"id": ["a"], "text": ["a good film"], "label": [1]}).to_parquet(data)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # a port nothing listens on
+    status = cli.main(["run", "--data", str(data), "--model", tiny_bert_dir, "--store", str(tmp_path / "store")])
+    assert status == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said[-1].startswith("xai-ray: nothing answers at RAY_ADDRESS=127.0.0.1:1"), said

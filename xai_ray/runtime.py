@@ -39,7 +39,7 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
             "log_to_driver": log.isEnabledFor(logging.DEBUG) if log_to_driver is None else log_to_driver,
         }
         if address:
-            ray.init(**options)
+            join_cluster(ray, address, options)
         else:  # a local head without the dashboard head and the monitors a local run never uses
             init_local(ray.init, keep_log_monitor=bool(options["log_to_driver"]), **options)
         route_ray_loggers()
@@ -48,6 +48,34 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
     # Never drop a failed block silently (the default, spelled out): a lost block fails the run,
     # which then resumes from its committed parts, rather than publishing without those documents.
     ray.data.DataContext.get_current().max_errored_blocks = 0
+
+
+def join_cluster(ray, address: str, options: dict) -> None:
+    """``ray.init`` on the cluster at ``RAY_ADDRESS``, refused in one sentence where it cannot be
+    joined: nothing answering at a host:port (``ray.init`` would wait minutes, silent), or a refused
+    connection such as a token the head does not take."""
+    from xai_ray.config import ConfigError
+
+    host, _, port = address.rpartition(":")
+    if "://" not in address and host and port.isdigit():
+        import socket
+
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+        except OSError as err:
+            raise ConfigError(
+                f"nothing answers at RAY_ADDRESS={address} ({err.strerror or err}); start the cluster's head "
+                "there, or unset RAY_ADDRESS to run on a local Ray"
+            ) from None
+    try:
+        ray.init(**options)
+    except ConnectionError as err:  # what ray.init raises for a head it reached and could not join
+        cause = f"{type(err.__cause__).__name__}: " if err.__cause__ is not None else ""
+        raise ConfigError(
+            f"cannot join the Ray cluster at RAY_ADDRESS={address} ({cause}{str(err).strip().splitlines()[0]}); "
+            "a cluster with token authentication needs RAY_AUTH_MODE=token here and its token in "
+            "~/.ray/auth_token (docs/cluster.md)"
+        ) from None
 
 
 def check_actor_fits(gpus: float, cpus: float, what: str = "scoring actor") -> None:
