@@ -298,6 +298,18 @@ def test_submit_refuses_outputs_that_would_vanish_with_the_job(tmp_path, capsys)
     assert "finetune needs an output folder" in capsys.readouterr().err
     assert cli.main(["submit", finetune, "--set", "out=models/x", "--address", "http://127.0.0.1:9"]) == 2
     assert "out 'models/x' must be an absolute path on the cluster" in capsys.readouterr().err
+    # data that leads out of the shipped folder would not be there on the cluster: refused here
+    offline = str(ROOT / "jobs" / "imdb-offline.yaml")  # data: ../shared/data/imdb/train.parquet
+    assert cli.main(["submit", offline, "--set", "store=/tmp/s", "--address", "http://127.0.0.1:9"]) == 2
+    assert "data '../shared/data/imdb/train.parquet' is a relative path that leads out" in capsys.readouterr().err
+    # an address without its scheme is not the Jobs API's URL: said at once, with the fix
+    assert (
+        cli.main(
+            ["submit", offline, "--set", "store=/tmp/s", "--set", "data=/d.parquet", "--address", "127.0.0.1:8265"]
+        )
+        == 2
+    )
+    assert "needs the Jobs API's URL, with its scheme: http://127.0.0.1:8265" in capsys.readouterr().err
     # a cluster that is not there: one sentence, not a traceback
     assert (
         cli.main(
@@ -306,6 +318,8 @@ def test_submit_refuses_outputs_that_would_vanish_with_the_job(tmp_path, capsys)
                 str(ROOT / "jobs" / "imdb-offline.yaml"),
                 "--set",
                 "store=/tmp/s",
+                "--set",
+                "data=/data/imdb/train.parquet",  # a path on the cluster
                 "--address",
                 f"http://127.0.0.1:{_free_port()}",
             ]

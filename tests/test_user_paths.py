@@ -197,7 +197,9 @@ def test_a_run_is_named_by_its_folder_whatever_its_manifest_says(tmp_path):
     assert sorted(r for (r,) in con.execute("select run_id from runs").fetchall()) == ["moved", "r"]
 
 
-def test_a_ray_address_where_nothing_answers_is_one_sentence_not_a_silent_wait(tmp_path, tiny_bert_dir, monkeypatch, capsys):
+def test_a_ray_address_where_nothing_answers_is_one_sentence_not_a_silent_wait(
+    tmp_path, tiny_bert_dir, monkeypatch, capsys
+):
     """`RAY_ADDRESS=HOST:PORT xai-ray run` with no head there printed nothing for minutes (ray.init
     retrying) until a timeout killed it."""
     data = tmp_path / "reviews.parquet"

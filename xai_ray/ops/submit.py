@@ -67,7 +67,7 @@ def submit(
             "to the cluster; put it under jobs/"
         )
     kind = kind or infer_kind(path)
-    check_config(path, kind, sets)
+    check_config(path, kind, sets, root)
     if kind == "nightly":
         from xai_ray.ops.nightly import parse_date
 
@@ -114,9 +114,9 @@ def infer_kind(path: Path) -> str:
     return "finetune" if "base" in read_yaml(path) else "analyze"
 
 
-def check_config(path: Path, kind: str, sets: list[str] | None) -> None:
+def check_config(path: Path, kind: str, sets: list[str] | None, root: Path | None = None) -> None:
     """Resolve the config here (errors surface before the upload) and refuse outputs that would
-    vanish with the job's temporary working directory."""
+    vanish with the job's temporary working directory, and data the job would not find there."""
     from xai_ray import config
     from xai_ray.store import remote
 
@@ -129,6 +129,7 @@ def check_config(path: Path, kind: str, sets: list[str] | None) -> None:
                 f"out {cfg.out!r} must be an absolute path on the cluster (the model folder and Ray "
                 "Train's checkpoints; on several nodes, a shared filesystem such as EFS)"
             )
+        check_data(cfg.data, root)
         return
     cfg = config.resolve(path, None, sets)
     if not remote.is_uri(cfg.store) and not Path(cfg.store).is_absolute():
@@ -136,6 +137,27 @@ def check_config(path: Path, kind: str, sets: list[str] | None) -> None:
             f"store {cfg.store!r} is relative: in a submitted job it would land in the job's temporary "
             "working directory; give an object-store URI or an absolute path on the cluster "
             "(--set store=s3://bucket/xai-ray)"
+        )
+    check_data(cfg.data, root)
+
+
+FILE_SUFFIXES = {".parquet", ".csv", ".tsv", ".json", ".jsonl", ".txt"}
+
+
+def check_data(data: str | None, root: Path | None) -> None:
+    """A relative local ``data`` path is read from the job's copy of the working directory: one
+    that leads out of it (the shipped jobs/imdb-offline.yaml's ``../shared/...``) is not there, and
+    the job failed only after the upload. A Hub dataset id or a URI is left alone."""
+    from xai_ray.store import remote
+
+    if not data or root is None or remote.is_uri(data) or Path(data).is_absolute():
+        return
+    local = data.startswith(".") or Path(data).suffix.lower() in FILE_SUFFIXES or (root / data).exists()
+    if local and not (root / data).resolve().is_relative_to(root):
+        raise SubmitError(
+            f"data {data!r} is a relative path that leads out of the working directory shipped to the "
+            f"cluster ({str(root)!r}), so the job would not find it; give an absolute path on the cluster or "
+            "an object-store URI (--set data=/mnt/data/imdb/train.parquet)"
         )
 
 
@@ -163,6 +185,11 @@ def auth_headers() -> dict:
 def connect(address: str):
     from ray.job_submission import JobSubmissionClient
 
+    if "://" not in address:  # host:port went to Ray's GCS client: half a minute of retries, a wrong hint
+        raise SubmitError(
+            f"--address {address!r} needs the Jobs API's URL, with its scheme: http://{address.removeprefix('//')} "
+            "(the dashboard's port, 8265 by default; `ray dashboard cluster.yaml` tunnels it)"
+        )
     try:
         return JobSubmissionClient(address, headers=auth_headers())
     except Exception as err:  # ConnectionError, AuthenticationError: one sentence, not a traceback
