@@ -205,6 +205,9 @@ def test_a_ray_address_where_nothing_answers_is_one_sentence_not_a_silent_wait(
     data = tmp_path / "reviews.parquet"
     pd.DataFrame({"id": ["a"], "text": ["a good film"], "label": [1]}).to_parquet(data)
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")  # a port nothing listens on
+    import xai_ray
+
+    xai_ray.shutdown()  # a local Ray an earlier test left up would be used instead of joining
     status = cli.main(["run", "--data", str(data), "--model", tiny_bert_dir, "--store", str(tmp_path / "store")])
     assert status == 2
     said = capsys.readouterr().err.strip().splitlines()

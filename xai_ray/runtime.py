@@ -50,12 +50,14 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
     ray.data.DataContext.get_current().max_errored_blocks = 0
 
 
+class ClusterError(RuntimeError):
+    """The Ray cluster named by ``RAY_ADDRESS`` cannot be joined; the message says why."""
+
+
 def join_cluster(ray, address: str, options: dict) -> None:
     """``ray.init`` on the cluster at ``RAY_ADDRESS``, refused in one sentence where it cannot be
     joined: nothing answering at a host:port (``ray.init`` would wait minutes, silent), or a refused
     connection such as a token the head does not take."""
-    from xai_ray.config import ConfigError
-
     host, _, port = address.rpartition(":")
     if "://" not in address and host and port.isdigit():
         import socket
@@ -63,7 +65,7 @@ def join_cluster(ray, address: str, options: dict) -> None:
         try:
             socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
         except OSError as err:
-            raise ConfigError(
+            raise ClusterError(
                 f"nothing answers at RAY_ADDRESS={address} ({err.strerror or err}); start the cluster's head "
                 "there, or unset RAY_ADDRESS to run on a local Ray"
             ) from None
@@ -71,7 +73,7 @@ def join_cluster(ray, address: str, options: dict) -> None:
         ray.init(**options)
     except ConnectionError as err:  # what ray.init raises for a head it reached and could not join
         cause = f"{type(err.__cause__).__name__}: " if err.__cause__ is not None else ""
-        raise ConfigError(
+        raise ClusterError(
             f"cannot join the Ray cluster at RAY_ADDRESS={address} ({cause}{str(err).strip().splitlines()[0]}); "
             "a cluster with token authentication needs RAY_AUTH_MODE=token here and its token in "
             "~/.ray/auth_token (docs/cluster.md)"

@@ -23,10 +23,11 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from xai_ray.data.corpus import CorpusError
     from xai_ray.model.loading import ModelError
     from xai_ray.query.connection import QueryError
+    from xai_ray.runtime import ClusterError
     from xai_ray.store import StoreError
     from xai_ray.train.examples import FinetuneError
 
-    return (ConfigError, CorpusError, ModelError, QueryError, StoreError, FinetuneError)
+    return (ConfigError, CorpusError, ModelError, QueryError, StoreError, FinetuneError, ClusterError)
 
 
 def _duckdb_error() -> type[Exception]:
