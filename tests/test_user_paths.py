@@ -212,3 +212,22 @@ def test_a_ray_address_where_nothing_answers_is_one_sentence_not_a_silent_wait(
     assert status == 2
     said = capsys.readouterr().err.strip().splitlines()
     assert said[-1].startswith("xai-ray: nothing answers at RAY_ADDRESS=127.0.0.1:1"), said
+
+
+def test_a_rerun_of_a_published_run_id_leaves_that_runs_log_alone(tmp_path, capsys):
+    """A second `run --run-id ID` of a published run was refused only after its log had been opened:
+    it appended its lines to the published run's log, or, refused earlier (a bad --model), deleted
+    that log with its own."""
+    from xai_ray.store import layout
+
+    store = tmp_path / "store"
+    layout.run_dir(store, "done").mkdir(parents=True)  # a published run's folder
+    log = layout.run_log(store, "done")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("the published run's log\n")
+    for model in ("minilm", str(tmp_path / "no-such-model")):
+        status = cli.main(
+            ["run", "--data", str(tmp_path / "x.csv"), "--model", model, "--store", str(store), "--run-id", "done"]
+        )
+        assert status == 2 and "run 'done' already exists" in capsys.readouterr().err
+        assert log.read_text() == "the published run's log\n"

@@ -82,6 +82,8 @@ def run(cfg: RunConfig) -> RunResult:
     cfg = replace(cfg, run_id=cfg.run_id or new_run_id())
     created = _folders_to_create(layout.run_log(cfg.store, cfg.run_id).parent)
     check_store(cfg.store)  # before the log file goes into it
+    if layout.run_dir(cfg.store, cfg.run_id).is_dir():  # before its log is touched: a refusal removes that
+        raise StoreError(f"run {cfg.run_id!r} already exists in store {cfg.store!r}; pick another --run-id")
     logged = route_noise(layout.run_log(cfg.store, cfg.run_id))  # Ray's and setuptools' chatter: into the run's log
     with native_stderr_into(logged):  # and what Ray's C++ core writes to stderr
         try:
