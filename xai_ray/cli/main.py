@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     except _duckdb_error() as err:  # a store file cut short or damaged, met while DuckDB reads it
         if args.verbose:
             raise
-        unreadable = "IOException" in type(err).__name__ or "InvalidInput" in type(err).__name__
+        import duckdb
+
+        unreadable = isinstance(err, (duckdb.IOException, duckdb.InvalidInputException))
         what = "a file of the store cannot be read" if unreadable else "DuckDB failed on the store (a damaged file?)"
         print(f"xai-ray: {what}: {first_line(err)} (-v shows where)", file=sys.stderr)
         return 2
