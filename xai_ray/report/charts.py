@@ -20,6 +20,10 @@ OBJECT_MEMBERS = frozenset(
     "constructor hasOwnProperty isPrototypeOf propertyIsEnumerable toLocaleString toString valueOf"
     " __defineGetter__ __defineSetter__ __lookupGetter__ __lookupSetter__".split()
 )
+# Vega-Lite compiles an explicit sort into an expression comparing the field with each value, and
+# Vega's expression parser fails on the value "if" there ("Unrecognized signal name"), emptying the
+# chart (the contrast chart of a run whose words included "if"; vega-lite 6, 2026-11).
+UNSORTABLE = frozenset({"if"})
 JOINER = "\u2060"  # WORD JOINER: zero width, so the word reads the same and is no longer a member name
 
 
@@ -28,15 +32,15 @@ def spec(chart) -> dict:
     anyway, and altair's default limit (5,000) is passed by a deep model's heads (48 layers x 12
     heads x 9 statistics) or a long review's words on a 12-layer model. Not validated against the
     Vega-Lite schema here (see ``unchecked``). Every string value that names an ``OBJECT_MEMBERS``
-    method (a word, a class name; in the data, sort lists and controls alike) is drawn with a
-    zero-width ``JOINER`` after it."""
+    method or is ``UNSORTABLE`` (a word, a class name; in the data, sort lists and controls alike)
+    is drawn with a zero-width ``JOINER`` after it."""
     with alt.data_transformers.disable_max_rows():
         return _drawable(chart.to_dict(validate=False))
 
 
 def _drawable(value):
     if isinstance(value, str):
-        return value + JOINER if value in OBJECT_MEMBERS else value
+        return value + JOINER if value in OBJECT_MEMBERS or value in UNSORTABLE else value
     if isinstance(value, dict):
         return {key: _drawable(item) for key, item in value.items()}
     if isinstance(value, list):
