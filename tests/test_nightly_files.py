@@ -56,3 +56,31 @@ def test_latest_points_at_the_newest_night_through_a_swapped_link(tmp_path):
     assert point_latest(tmp_path, "2026-02-28") == latest and os.readlink(latest) == DATE  # a past night rebuilt
     assert not os.path.lexists(layout.latest_swap(tmp_path))  # the link made beside it was renamed over it
     assert (latest / "report.html").read_text() == f"<html>{DATE}</html>"
+
+
+def test_the_lock_and_the_log_are_never_opened_through_a_planted_link(tmp_path):
+    """A nightly run truncated and wrote whatever file a planted ``STORE/.nightly.lock`` link named
+    (a shared store's writer could empty any file the cron user may write); a run's log was
+    appended through a link the same way. Both links are now refused and their targets untouched."""
+    import pytest
+
+    from xai_ray.ops.nightly import NightlyError, nightly_lock
+    from xai_ray.progress import open_log
+
+    store = tmp_path / "store"
+    store.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    os.symlink(victim, layout.nightly_lock(store))
+    with pytest.raises(NightlyError, match="is a link"):
+        with nightly_lock(store):
+            pass
+    log_file = tmp_path / "logs" / "nightly-2026-03-01.log"
+    log_file.parent.mkdir()
+    os.symlink(victim, log_file)
+    with pytest.raises(OSError, match="a link, not a file"):
+        open_log(log_file)
+    assert victim.read_text() == "keep me\n"
+    (store / layout.nightly_lock(store).name).unlink()
+    with nightly_lock(store):  # a plain lock file still works
+        assert "pid" in layout.nightly_lock(store).read_text()

@@ -119,3 +119,25 @@ def test_quiet_and_bars_still_log_progress_lines(tmp_path):
     logged = log_file.read_text()
     assert "quiet=True: 0/3 documents" in logged and "quiet=True: 3/3 documents (100%)" in logged
     assert "quiet=False: 0/3 documents" in logged and "quiet=False: 3/3 documents (100%)" in logged
+
+
+def test_a_bad_progress_interval_in_the_environment_falls_back_with_a_warning():
+    """``XAI_RAY_PROGRESS_EVERY_S=abc`` made every command fail at import, ``--help`` included."""
+    import subprocess
+    import sys
+
+    for text, expected in (("abc", 30.0), ("-5", 30.0), ("nan", 30.0), ("2.5", 2.5)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert progress._every_s(text) == expected
+        assert bool(caught) == (expected == 30.0), text
+    env = {**__import__("os").environ, "XAI_RAY_PROGRESS_EVERY_S": "abc"}
+    done = subprocess.run([sys.executable, "-m", "xai_ray.cli", "--help"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "usage: xai-ray" in done.stdout
+    assert "XAI_RAY_PROGRESS_EVERY_S='abc'" in done.stderr
+
+
+def test_quiet_from_the_environment_reads_false_as_false(monkeypatch):
+    for text, quiet in (("1", True), ("true", True), ("false", False), ("0", False), ("", False), ("no", False)):
+        monkeypatch.setenv("XAI_RAY_QUIET", text)
+        assert progress.is_quiet() == quiet, text

@@ -16,6 +16,7 @@ writes them to its own session logs under /tmp/ray/session_latest/logs).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -27,7 +28,24 @@ from pathlib import Path
 
 log = logging.getLogger("xai_ray")
 
-LINE_EVERY_S = float(os.environ.get("XAI_RAY_PROGRESS_EVERY_S") or 30.0)
+
+
+def _every_s(text: str | None, default: float = 30.0) -> float:
+    """``XAI_RAY_PROGRESS_EVERY_S`` as seconds: a positive number, else ``default`` with a warning
+    (read when the package is imported: a typo must not stop every command, ``--help`` included)."""
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        warnings.warn(f"XAI_RAY_PROGRESS_EVERY_S={text!r} is not a positive number of seconds; using {default:g}")
+        return default
+    return value
+
+
+LINE_EVERY_S = _every_s(os.environ.get("XAI_RAY_PROGRESS_EVERY_S"))
 _state: dict = {"quiet": False, "bars": None, "handler": None}  # bars None: bars on a terminal only
 
 
@@ -37,7 +55,7 @@ def configure(quiet: bool = False, bars: bool | None = None) -> None:
 
 
 def is_quiet() -> bool:
-    return _state["quiet"] or os.environ.get("XAI_RAY_QUIET", "") not in ("", "0")
+    return _state["quiet"] or os.environ.get("XAI_RAY_QUIET", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def format_seconds(seconds: float) -> str:
@@ -210,6 +228,25 @@ def route_ray_loggers() -> None:
             logger.propagate = False
 
 
+def open_log(path: str | Path) -> int:
+    """A descriptor appending to the log file ``path``, never through a link: a store's log folder
+    may be shared, and a link planted there could aim the log at any file the job may write."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        raise OSError(errno.ELOOP, "a link, not a file (a log is never written through one)", str(path)) from None
+
+
+class _LogFile(logging.FileHandler):
+    """``logging.FileHandler`` opening its file with ``open_log``."""
+
+    def _open(self):
+        return open(open_log(self.baseFilename), "a", encoding=self.encoding, errors=self.errors)
+
+
 NOISY_LOGGERS = ("ray", "ray.train", "ray.tune", "py.warnings", "setuptools", "filelock", "urllib3")
 
 
@@ -223,7 +260,7 @@ def route_noise(path: str | Path) -> Path:
         for name in (*NOISY_LOGGERS, "xai_ray"):
             logging.getLogger(name).removeHandler(previous)
         previous.close()
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = _LogFile(path, encoding="utf-8")
     _state["handler"] = handler
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
@@ -261,7 +298,7 @@ def native_stderr_into(path: str | Path):
         return
     sys.stderr.flush()
     saved = os.dup(2)
-    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    target = open_log(path)
     old = sys.stderr
     terminal = os.fdopen(os.dup(saved), "w", buffering=1, encoding=old.encoding, errors=old.errors)
     handlers = [h for h in logging.root.handlers if isinstance(h, logging.StreamHandler) and h.stream is old]

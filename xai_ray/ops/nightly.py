@@ -22,6 +22,7 @@ Over 300 lines: the nightly job reads top to bottom as the numbered steps above.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -149,7 +150,12 @@ def nightly_lock(folder: Path):
     """An exclusive, non-blocking flock on ``folder/.nightly.lock``; released when the process ends,
     however it ends, so a killed run never blocks the next one."""
     path = store_layout.nightly_lock(folder)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a link: the lock file is truncated and written, and a link could aim anywhere
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as err:
+        if err.errno != errno.ELOOP:
+            raise
+        raise NightlyError(f"{str(path)!r} is a link; the nightly lock is never opened through one (remove it)") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
