@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import unicodedata
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -387,3 +388,28 @@ def test_a_second_configuration_in_one_store_is_refused(ray_cluster, tiny_bert_d
             run_nightly(other, date)
     assert sorted(p.name for p in (store / "runs").iterdir()) == ["run_id=nightly-2026-04-01"]
     assert run_nightly(cfg, "2026-04-02").scored == 0  # the first configuration goes on
+
+
+def test_backfill_a_reserved_run_id_and_loose_dates(ray_cluster, tiny_bert_dir, tmp_path):
+    """An earlier night run after a later one scored every document again (its known documents
+    were only the nights before it); `run` took a `nightly-` id, whose run then blocked every later
+    night as "another configuration"; `--date` took 20260305 and 2026-W10-1 as other nights."""
+    from xai_ray.config import ConfigError
+    from xai_ray.ops.nightly import parse_date
+    from xai_ray.pipeline import run
+
+    data, store = tmp_path / "incoming", tmp_path / "store"
+    rng = np.random.default_rng(1)
+    write_corpus(data, "a.parquet", [f"b{i}" for i in range(6)], sentences(rng, 6), rng.integers(0, 2, 6))
+    cfg = config(tiny_bert_dir, data, store)
+    assert run_nightly(cfg, "2026-02-10").scored == 6
+    with pytest.raises(NightlyError, match="comes before the store's first night"):
+        run_nightly(cfg, "2026-02-05")
+    assert not (store / "runs" / "run_id=nightly-2026-02-05").exists()
+    with pytest.raises(ConfigError, match="the nightly job's"):
+        run(replace(cfg, run_id="nightly-2026-02-11"))
+    assert not (store / "runs" / "run_id=nightly-2026-02-11").exists()
+    assert run_nightly(cfg, "2026-02-11").message.startswith("no new or changed documents")
+    for text in ("20260305", "2026-W10-1", "2026-3-1"):
+        with pytest.raises(ConfigError, match="YYYY-MM-DD"):
+            parse_date(text)

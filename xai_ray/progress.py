@@ -29,7 +29,6 @@ from pathlib import Path
 log = logging.getLogger("xai_ray")
 
 
-
 def _every_s(text: str | None, default: float = 30.0) -> float:
     """``XAI_RAY_PROGRESS_EVERY_S`` as seconds: a positive number, else ``default`` with a warning
     (read when the package is imported: a typo must not stop every command, ``--help`` included)."""
@@ -40,7 +39,9 @@ def _every_s(text: str | None, default: float = 30.0) -> float:
     except ValueError:
         value = float("nan")
     if not 0 < value < float("inf"):
-        warnings.warn(f"XAI_RAY_PROGRESS_EVERY_S={text!r} is not a positive number of seconds; using {default:g}")
+        warnings.warn(
+            f"XAI_RAY_PROGRESS_EVERY_S={text!r} is not a positive number of seconds; using {default:g}", stacklevel=2
+        )
         return default
     return value
 

@@ -27,6 +27,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -47,7 +48,7 @@ from xai_ray.store.files import write_atomically
 from xai_ray.store.staging import read_committed_ids
 
 log = logging.getLogger("xai_ray")
-PREFIX = "nightly-"
+PREFIX = store_layout.NIGHTLY_PREFIX
 REPORT = store_layout.REPORT
 
 
@@ -71,6 +72,8 @@ def parse_date(text: str | None) -> str:
     if text is None:
         return Date.today().isoformat()  # the machine's night, as cron sees it
     try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # fromisoformat also takes 20260305 and 2026-W10-1
+            raise ValueError(text)
         return Date.fromisoformat(text).isoformat()
     except ValueError:
         raise ConfigError(f"--date must be YYYY-MM-DD, got {text!r}") from None
@@ -103,7 +106,9 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
             # the same screening as `run` (first of two ids wins), on Ray workers; what is already
             # scored comes from the store: ids with the sha256 of their text, and a killed night's parts
             done = read_committed_ids(store_layout.staging_dir(local, run_id))
-            screened = pipeline.screen(corpus, model["labels"], done=done, known=known_documents(local, runs))
+            # known: held by any night of this key, a later one too (a backfilled night scores no document twice)
+            known = known_documents(local, matching_runs(local, key))
+            screened = pipeline.screen(corpus, model["labels"], done=done, known=known)
             new, n_corpus = screened.counts["kept"], screened.n_input
             if not new:
                 message = f"no new or changed documents among {n_corpus}: nothing to score"
@@ -113,6 +118,11 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
                 runs, scored = [*runs, run_id], new
                 message = f"scored {scored} new or changed documents of {n_corpus} into run {run_id}"
         log.info("nightly %s: %s", date, message)
+        if not runs and matching_runs(local, key):
+            raise NightlyError(
+                f"night {date} comes before the store's first night ({matching_runs(local, key)[0]}), which "
+                f"holds every document of {cfg.data!r} already: nothing to score or report for it"
+            )
         if not runs:
             raise NightlyError(f"nothing scored yet in {cfg.store!r} and nothing to score in {cfg.data!r}")
         report = build_report(local, runs, date, definition, run_id if run_id in runs else None)
@@ -155,7 +165,9 @@ def nightly_lock(folder: Path):
     except OSError as err:
         if err.errno != errno.ELOOP:
             raise
-        raise NightlyError(f"{str(path)!r} is a link; the nightly lock is never opened through one (remove it)") from None
+        raise NightlyError(
+            f"{str(path)!r} is a link; the nightly lock is never opened through one (remove it)"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -215,9 +227,11 @@ def manifest_key(manifest: dict) -> dict:
     return scoring_key(RunConfig.from_manifest(manifest), manifest.get("model", {}).get("fingerprint"))
 
 
-def matching_runs(local: Path, key: dict, through: str) -> list[str]:
-    """Published nightly runs of this key dated ``through`` or earlier, oldest first."""
-    return sorted(run_id for run_id, night, same in _nights(local, key) if same and night <= through)
+def matching_runs(local: Path, key: dict, through: str | None = None) -> list[str]:
+    """Published nightly runs of this key dated ``through`` or earlier (None: any), oldest first."""
+    return sorted(
+        run_id for run_id, night, same in _nights(local, key) if same and (through is None or night <= through)
+    )
 
 
 def other_runs(local: Path, key: dict) -> list[str]:
@@ -237,7 +251,10 @@ def _nights(local: Path, key: dict) -> list[tuple[str, str, bool]]:
             Date.fromisoformat(night)
         except ValueError:
             continue  # not a nightly id of ours
-        nights.append((row.run_id, night, manifest_key(json.loads(row.manifest)) == key))
+        manifest = json.loads(row.manifest)
+        if not ((manifest.get("config") or {}).get("extra") or {}).get("nightly"):
+            continue  # named like a night (a store from before `run` refused the prefix), not made by this job
+        nights.append((row.run_id, night, manifest_key(manifest) == key))
     return nights
 
 

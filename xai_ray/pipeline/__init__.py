@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xai_ray import runtime
-from xai_ray.config import RunConfig, check_start_layer, resolve_target
+from xai_ray.config import ConfigError, RunConfig, check_start_layer, resolve_target
 from xai_ray.data.head_docs import head_docs
 from xai_ray.methods import REGISTRY, methods_need
 from xai_ray.model.loading import describe_model
@@ -78,6 +78,11 @@ def run(cfg: RunConfig) -> RunResult:
     """
     if remote.is_uri(cfg.store):
         return _run_through_mirror(cfg)
+    if cfg.run_id and cfg.run_id.startswith(layout.NIGHTLY_PREFIX):  # nightly's own runs publish through `publish`
+        raise ConfigError(
+            f"run ids starting with {layout.NIGHTLY_PREFIX!r} are the nightly job's (`xai-ray nightly --date`); "
+            f"pick another --run-id than {cfg.run_id!r}"
+        )
     started = time.perf_counter()
     cfg = replace(cfg, run_id=cfg.run_id or new_run_id())
     created = _folders_to_create(layout.run_log(cfg.store, cfg.run_id).parent)
@@ -212,7 +217,7 @@ def _run_through_mirror(cfg: RunConfig) -> RunResult:
 
 def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:
     """The config an unfinished run was started with (its staging keeps it), execution flags on top."""
-    from xai_ray.config import ConfigError, resolve
+    from xai_ray.config import resolve
 
     if not run_id.strip():
         raise ConfigError(

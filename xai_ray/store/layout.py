@@ -38,6 +38,7 @@ CONFIG = "config.yaml"
 NIGHT_RECORD = "nightly.json"
 LATEST = "latest"
 RUN_PREFIX = "run_id="
+NIGHTLY_PREFIX = "nightly-"  # the nightly job's run ids (nightly-YYYY-MM-DD): no other run takes one
 
 
 def runs_dir(store: str | Path) -> Path:
