@@ -5,6 +5,7 @@ And every help page of the program prints."""
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import fields
 
 import pytest
@@ -47,7 +48,7 @@ WRONG = [
     ("model=", ["model", "null"]),
     ("model=''", ["model", "must not be empty"]),
     ("store=' '", ["store", "must not be empty"]),
-    ("model=3", ["model", "text", "3"]),
+    ("model=2.5", ["model", "text", "2.5"]),
     ("long_text=sideways", ["long_text", "one of auto, head, head_tail, window"]),
     ("head_fusion=median", ["head_fusion", "one of mean, max, min"]),
     ("residual=add", ["residual=half"]),
@@ -60,6 +61,12 @@ WRONG = [
     ("batch_sise=4", ["unknown config key 'batch_sise'", "batch_size"]),
     ("model=!!python/name:os.system", ["--set model", "not a plain YAML value"]),
     ("model=*nope", ["--set model", "not a plain YAML value"]),
+    # YAML 1.1's other numbers (1:00 was 60, base 60) and aliases (a 409-byte bomb took 9 GB; a
+    # self-naming one a RecursionError's traceback)
+    ("limit=1:00", ["limit", "integer", "'1:00'"]),
+    ("limit=0x10", ["limit", "integer", "'0x10'"]),
+    ("extra=&a {x: *a}", ["--set extra", "the alias *a is not allowed"]),
+    ("extra={a: &b [1, 2], c: *b}", ["--set extra", "the alias *b is not allowed"]),
     ("nokey", ["--set expects key=value"]),
 ]
 
@@ -99,6 +106,10 @@ def test_the_same_values_are_refused_from_a_yaml_file(tmp_path, item, words):
         ("evaluate_fractions=0.1,0.5", (0.1, 0.5)),
         ("methods=[raw, flow]", ("raw", "flow")),
         ("extra={1: a, b: {2: c}}", {"1": "a", "b": {"2": "c"}}),  # keys as JSON writes them: the manifest sorts them
+        ("seed=010", 10),  # YAML 1.1 read 010 as octal 8
+        ("run_id=123", "123"),  # a text key takes a whole number's digits, as --run-id 123 does
+        ("run_id=0123", "0123"),  # was 83, then refused as an integer
+        ("data=2026-01-01", "2026-01-01"),  # a date stays text
     ],
 )
 def test_right_values_are_taken_as_their_declared_type(item, expected):
@@ -191,3 +202,41 @@ def test_a_start_layer_past_the_models_last_layer_is_refused_before_anything_is_
     err = capsys.readouterr().err.strip()
     assert status == 2 and err == "xai-ray: start_layer is 3 but the model has 2 layers: give a layer from 1 to 2"
     assert not (store / "runs").exists()
+
+
+def test_a_yaml_alias_bomb_in_a_config_file_is_refused_at_once(tmp_path):
+    """A 409-byte config of nested aliases drove `run` to 9.4 GB before any check; one naming itself
+    raised a RecursionError's traceback. Aliases are refused where the file is read, with the line."""
+    rows = ["a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
+    rows += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("extra:\n" + "\n".join("  " + row for row in rows) + "\n")
+    selfish = tmp_path / "self.yaml"
+    selfish.write_text("extra: &a {x: *a}\n")
+    for path, line in ((bomb, 3), (selfish, 1)):
+        with pytest.raises(ConfigError, match=rf"alias \*a\d? is not allowed.*line {line}"):
+            resolve(path)
+
+
+def test_a_report_definition_is_read_as_plainly_as_a_config(tmp_path):
+    """`report --definition` with a YAML tag, an unclosed list or a non-UTF-8 byte gave tracebacks;
+    `k: true` and `k: 1000000000` were taken (--k stops at 1000)."""
+    from xai_ray.report.definition import load_definition
+
+    cases = {
+        "k: !!python/name:os.system\n": "is not allowed",
+        "k: [1\n": "is not valid YAML",
+        "k: &a 5\nmin_count: *a\n": "the alias *a is not allowed",
+        "k: true\n": "k must be a whole number in [1, 1000]",
+        "k: 1000000000\n": "k must be a whole number in [1, 1000]",
+    }
+    for text, words in cases.items():
+        path = tmp_path / "definition.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            load_definition(path)
+    path.write_bytes(b"k: 5\n\xff\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_definition(path)
+    path.write_text("k: 30\n")
+    assert load_definition(path)["k"] == 30

@@ -9,6 +9,7 @@ Over 300 lines: every run key's default, check and one-sentence error sit togeth
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -288,6 +289,42 @@ def _check_keys(keys, where: str) -> None:
             raise ConfigError(f"unknown config key {key!r} in {where}{hint}")
 
 
+class PlainLoader(yaml.SafeLoader):
+    """YAML for configs and ``--set``: plain values, as written. No aliases (``*name``): a few hundred
+    bytes of nested aliases expand to gigabytes, and one that names itself never ends. Numbers only
+    in decimal: YAML 1.1 reads ``010`` as 8 (octal), ``1:00`` as 60 (base 60) and ``2026-01-01`` as a
+    date; here the first two stay text (a number key reads ``010`` as 10, a text key keeps it) and a
+    date is text."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"the alias *{event.anchor} is not allowed (write the value out)", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+_YAML11_NUMBERS = {f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "timestamp")}
+PlainLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML11_NUMBERS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+PlainLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789"))
+PlainLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^[-+]?(?:[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def plain_yaml(text: str):
+    """``text`` read by ``PlainLoader`` (``yaml.YAMLError`` where it is not plain YAML)."""
+    return yaml.load(text, Loader=PlainLoader)  # noqa: S506 (a SafeLoader: builds plain values only)
+
+
 def parse_set(items: list[str] | None) -> dict:
     """``["a=1", "methods=raw,flow"]`` -> ``{"a": 1, "methods": "raw,flow"}`` (values parsed as YAML)."""
     out = {}
@@ -296,7 +333,7 @@ def parse_set(items: list[str] | None) -> dict:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         key, value = item.split("=", 1)
         try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+            out[key.strip()] = plain_yaml(value) if value.strip() else None
         except yaml.YAMLError as err:
             problem = str(getattr(err, "problem", None) or "not a YAML value").strip()
             raise ConfigError(f"--set {key.strip()}: {value!r} is not a plain YAML value ({problem})") from None
@@ -316,7 +353,7 @@ def read_yaml(path: str | Path) -> dict:
             "save it as UTF-8"
         ) from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = plain_yaml(text) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {yaml_problem(err)}") from None
     except RecursionError:

@@ -86,6 +86,8 @@ def check(name: str, value, annotation: str, rule: Rule | None = None):
         if "None" in kinds:
             return None
         raise ConfigError(f"{name} needs a value ({type_name(annotation)}); got null")
+    if "str" in kinds and "int" not in kinds and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # a text key given a whole number takes its digits (--set run_id=123, as --run-id 123)
     for kind in kinds:
         converted = _as(kind, value)
         if converted is not _NO:

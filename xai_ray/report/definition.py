@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from xai_ray.config import ConfigError
+from xai_ray.config import ConfigError, plain_yaml, yaml_problem
 from xai_ray.query import wordstats
 
 # Every section a definition may name, in the default order (report.sections.BUILDERS has one builder each).
@@ -48,7 +48,7 @@ def load_definition(path: str | Path | None = None) -> dict:
     source = Path(path) if path else DEFAULT_DEFINITION
     if path and not source.is_file():
         raise ConfigError(f"report definition {str(path)!r} does not exist")
-    given = (yaml.safe_load(source.read_text()) or {}) if source.is_file() else {}
+    given = _read(source) if source.is_file() else {}
     if not isinstance(given, dict):
         raise ConfigError(f"report definition {str(source)!r} must be a mapping of keys to values")
     for key, value in given.items():
@@ -64,15 +64,37 @@ def load_definition(path: str | Path | None = None) -> dict:
     return definition
 
 
+MAX_K = 1000  # words per chart, as `report --k` takes them
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is no count
+
+
+def _read(source: Path):
+    """The definition file's YAML, plain values only (``config.plain_yaml``), or one ConfigError."""
+    raw = source.read_bytes()
+    try:
+        return plain_yaml(raw.decode("utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"report definition {str(source)!r} is not UTF-8 text: byte 0x{raw[err.start]:02x} at byte {err.start}"
+        ) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"report definition {str(source)!r} is not valid YAML: {yaml_problem(err)}") from None
+    except RecursionError:
+        raise ConfigError(f"report definition {str(source)!r} nests lists or mappings too deeply") from None
+
+
 def _check(d: dict) -> None:
     unknown = [s for s in d["sections"] if s not in SECTIONS]
     if unknown:
         raise ConfigError(f"report definition: unknown sections {unknown}; known: {', '.join(SECTIONS)}")
-    if not (isinstance(d["k"], int) and d["k"] >= 1):
-        raise ConfigError("report definition: k must be a positive integer")
-    if d["min_count"] != "auto" and not (isinstance(d["min_count"], int) and d["min_count"] >= 1):
+    if not (_whole(d["k"]) and 1 <= d["k"] <= MAX_K):
+        raise ConfigError(f"report definition: k must be a whole number in [1, {MAX_K}] (as --k)")
+    if d["min_count"] != "auto" and not (_whole(d["min_count"]) and d["min_count"] >= 1):
         raise ConfigError("report definition: min_count must be a positive integer")
-    if d["min_docs"] != "auto" and not (isinstance(d["min_docs"], int) and d["min_docs"] >= 1):
+    if d["min_docs"] != "auto" and not (_whole(d["min_docs"]) and d["min_docs"] >= 1):
         raise ConfigError("report definition: min_docs must be 'auto' or a positive integer")
     try:
         wordstats.check_stat(d["stat"])
