@@ -372,3 +372,18 @@ def test_a_link_inside_an_input_folder_is_skipped(name, tmp_path):
     assert sorted(frame.doc_id) == expected and SECRET not in frame.to_csv()
     assert sum(piece.rows for piece in pieces if piece.rows) in (0, len(expected))
     assert opened == [] and snapshot(data) == before and snapshot(outside) == outside_before
+
+
+def test_a_page_written_over_the_stores_own_files_is_refused(store, capsys):
+    """`report --out` onto a run's Parquet part or manifest exited 0 and the run was lost (every later
+    query refused it as damaged). Inside a store only a page's own places take a page."""
+    run = store / "runs" / "run_id=r1"
+    before = snapshot(store)
+    for target in (next((run / "docs").glob("*.parquet")), run / "manifest.json", store / "notes.html"):
+        assert cli.main(["report", "--store", str(store), "--out", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"{str(target)!r} is inside store" in err and len(err.splitlines()) == 1, err
+    assert snapshot(store) == before
+    assert cli.main(["report", "--store", str(store), "--out", str(run / "report.html")]) == 0  # its own page
+    assert "<html" in (run / "report.html").read_text()
+    (run / "report.html").unlink()

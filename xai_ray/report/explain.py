@@ -45,9 +45,11 @@ def explain_text(
     doc_id: str = "review",
     label: int | None = None,
     source: str = "",
+    store: str | Path | None = None,
 ) -> Path:
-    """Score ``text`` with ``model`` and write its explorer page to ``out``; returns the path."""
-    check_target(out)  # before the model loads: a folder, a device or a link named as --out fails at once
+    """Score ``text`` with ``model`` and write its explorer page to ``out``; returns the path.
+    ``store``: the store the review came from, whose data files ``out`` may not name."""
+    check_target(out, store=store)  # before the model loads: a folder, a device, a link or a store file fails at once
     page, _ = explain_page(text, model, max_length, methods, options, doc_id, label, source)
     return write_page(out, page)
 
@@ -122,6 +124,7 @@ def explain_stored(
         str(doc_id),
         label,
         source=f"run {run['run_id']} of store {store}",
+        store=store,
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xai_ray.config import ConfigError
+from xai_ray.store import layout
 from xai_ray.store.files import not_regular, write_atomically
 
 
@@ -21,9 +22,16 @@ class OutputError(ConfigError):
     """A file cannot be written where asked; the message names the path and why."""
 
 
-def check_target(out: str | Path, option: str = "--out") -> Path:
-    """Refuse, before any work, a target that exists and is not a regular file."""
+def check_target(out: str | Path, option: str = "--out", store: str | Path | None = None) -> Path:
+    """Refuse, before any work, a target that exists and is not a regular file, or one inside
+    ``store`` that is not a page's place there (``store.layout.is_page_of``): `report --out` once
+    replaced a run's Parquet part with the page, and the run was lost."""
     out = Path(out)
+    if store is not None and layout.is_page_of(store, out) is False:
+        raise OutputError(
+            f"{option} {str(out)!r} is inside store {str(store)!r}, whose files are its data; write the page "
+            "outside the store (a run's own report.html is the one place inside it)"
+        )
     kind = not_regular(out)
     if kind == "a folder":
         raise OutputError(

@@ -54,7 +54,7 @@ def build_report(
     """Write the report of ``run_id`` (default: newest run) to ``out``; returns its path. With
     ``charts_dir``, also write every chart there as ``fmt`` (png or svg) from the same queries.
     ``con`` and ``extra``: see ``context``."""
-    out = check_target(out)  # before the work: a folder, a device or a link given as --out is refused at once
+    out = check_target(out, store=store)  # before the work: a folder, a device, a link or a store file is refused
     if charts_dir is not None and Path(charts_dir).exists() and not Path(charts_dir).is_dir():
         raise ConfigError(f"--charts-dir {str(charts_dir)!r} is not a folder; name a folder for the chart files")
     if not isinstance(definition, dict):

@@ -156,6 +156,19 @@ def aggregate_file(store: str | Path, run_id: str, name: str) -> Path:
     return run_dir(store, run_id) / "aggregates" / f"{name}.parquet"
 
 
+def is_page_of(store: str | Path, path: str | Path) -> bool | None:
+    """Where ``path`` lies against ``store``: None outside it; inside it, whether it is a place for a
+    page (a run's ``report.html``, a night's ``reports/DATE/report.html``), the only files of a store
+    a report or page may be written to (every other one is the store's data)."""
+    root, target = Path(os.path.realpath(store)), Path(os.path.realpath(path))
+    if target != root and root not in target.parents:
+        return None
+    parts = target.relative_to(root).parts
+    run_page = len(parts) == 3 and parts[0] == "runs" and parts[1].startswith(RUN_PREFIX)
+    night_page = len(parts) == 3 and parts[0] == "reports" and parts[1] != LATEST
+    return (run_page or night_page) and parts[2] == REPORT
+
+
 def reports_dir(store: str | Path) -> Path:
     """Where dated reports of a store go (``reports/YYYY-MM-DD/report.html``, ``reports/latest``)."""
     return Path(store) / "reports"
