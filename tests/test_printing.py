@@ -102,3 +102,22 @@ def test_batches_stream_with_one_header_and_a_table_shows_its_first_rows(capsys,
 @pytest.mark.parametrize("fmt,expected", [("csv", "k\n"), ("json", "[]\n"), ("table", "(no rows)\n")])
 def test_no_rows(capsys, fmt, expected):
     assert printed(capsys, [pa.table({"k": pa.array([], pa.int64())})], fmt) == expected
+
+
+def test_csv_keeps_an_empty_text_apart_from_null_as_duckdb_writes_them(capsys):
+    """`,,x` printed both an empty text and a NULL as nothing; DuckDB's own CSV writer gives `"",,x`."""
+    table = pa.table({"e": [""], "nv": pa.array([None], pa.string()), "x": ["x"], "q": ['say "hi", then go']})
+    assert printed(capsys, [table], "csv") == 'e,nv,x,q\n"",,x,"say ""hi"", then go"\n'
+
+
+def test_control_and_bidi_characters_are_shown_escaped_on_a_terminal(capsys, monkeypatch):
+    """A review's text reached the terminal raw: ESC sequences (clear the screen, retitle the window),
+    BEL, NUL, and U+202E, which reverses the rest of the line. The table shows them escaped; csv does
+    on a terminal and keeps the data as it is in a pipe; json escapes control characters itself."""
+    table = pa.table({"t\x1b]0;x\x07": ["a\x1b[2Jb\x00\x07 \u202eevil\u2069 caf\u00e9 \u65e5\u672c"]})
+    out = printed(capsys, [table], "table")
+    assert "\x1b" not in out and "\x00" not in out and "\u202e" not in out
+    assert "a\\x1b[2Jb\\x00\\x07 \\u202eevil\\u2069 caf\u00e9 \u65e5\u672c" in out and "t\\x1b]0;x\\x07" in out
+    assert "\x1b" in printed(capsys, [table], "csv")  # a pipe: the data as it is
+    monkeypatch.setattr(printing.sys.stdout, "isatty", lambda: True, raising=False)
+    assert "a\\x1b[2Jb" in printed(capsys, [table], "csv") and "\x1b" not in printed(capsys, [table], "csv")

@@ -4,18 +4,22 @@ Rows arrive as Arrow record batches (``query.isolated.stream``) and are printed 
 DuckDB renders each value, so what is printed is what the query returned: a BIGINT stays a whole
 number beside a NULL, NULL and NaN stay apart, dates and timestamps are ISO text, DECIMALs keep
 their digits, and lists, structs and intervals read as in DuckDB. csv: a header, then one line a
-row, NULL an empty field (a field holding a line break or a carriage return is quoted). json: one
+row, NULL an empty field and an empty text "" (a row of one NULL field is "" too: readers skip a
+blank line; a field holding the separator, a quote, a line break
+or a carriage return is quoted, as DuckDB's own CSV writer does). json: one
 array of objects (DuckDB's ``to_json``), strict JSON: NaN and the infinities, at any depth, are
 the strings "NaN", "Infinity" and "-Infinity" (JSON has no literal for them; JavaScript's and jq's
 readers refuse DuckDB's bare ones), NULL is null. table: the first
-``TABLE_ROWS`` rows aligned, NULL written as NULL.
+``TABLE_ROWS`` rows aligned, NULL written as NULL. The table, and csv printed on a terminal, show
+control and bidirectional formatting characters as escapes (``\x1b``, ``\u202e``): a review's text
+could otherwise clear or retitle the terminal, or reverse the line; json escapes them itself.
 """
 
 from __future__ import annotations
 
-import csv
 import re
 import sys
+import unicodedata
 from collections.abc import Iterable, Iterator
 
 TABLE_ROWS = 500
@@ -36,18 +40,38 @@ def print_rows(batches: Iterable, fmt: str) -> None:
 
 
 def _csv(batches) -> None:
-    out = csv.writer(sys.stdout, lineterminator="\n")
-    # csv quotes a field holding its line terminator ("\n") but not a bare "\r", which readers
-    # take as a line break too: a row holding one is written with every field quoted.
-    quoted = csv.writer(sys.stdout, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    shown = _visible if sys.stdout.isatty() else str  # on a terminal, its control characters escaped
     header = False
     for names, rows in _as_text(batches):
         if not header:
-            out.writerow(names)
+            sys.stdout.write(",".join(_csv_field(shown(name)) for name in names) + "\n")
             header = True
         for row in rows:
-            values = ["" if value is None else value for value in row]
-            (quoted if any("\r" in value for value in values) else out).writerow(values)
+            line = ",".join("" if value is None else _csv_field(shown(value)) for value in row)
+            sys.stdout.write((line or '""') + "\n")  # a lone NULL as "": a blank line is skipped by readers
+
+
+def _csv_field(value: str) -> str:
+    """A non-NULL value as DuckDB's CSV writer gives it: quoted when empty (NULL is the empty field),
+    or when it holds the separator, a quote or a line break (``\r`` too, which readers take as one)."""
+    if value == "" or any(c in value for c in ',"\n\r'):
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
+# What a terminal would act on instead of showing: C0 and C1 control characters (ESC starts a
+# sequence that can clear the screen or retitle the window) and the bidirectional formatting
+# characters (U+202E turns the rest of the line around: a review or class name could spoof the text
+# around it).
+BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _visible(text: str) -> str:
+    """``text`` with each control or bidirectional formatting character written as its escape (``\x1b``,
+    ``\u202e``): what a person reads on a terminal, never what the terminal obeys."""
+    if text.isprintable():
+        return text
+    return "".join(ascii(c)[1:-1] if c in BIDI or unicodedata.category(c) == "Cc" else c for c in text)
 
 
 def _json(batches) -> None:
@@ -78,7 +102,10 @@ def _table(batches) -> None:
     if not shown:
         print("(no rows)")
         return
-    cells = [["NULL" if value is None else value.replace("\n", " ") for value in row] for row in shown[:TABLE_ROWS]]
+    cells = [
+        ["NULL" if value is None else _visible(value.replace("\n", " ")) for value in row] for row in shown[:TABLE_ROWS]
+    ]
+    names = [_visible(name) for name in names]
     widths = [max(len(name), *(len(row[k]) for row in cells)) for k, name in enumerate(names)]
     line = lambda values: "  ".join(  # noqa: E731
         value.rjust(width) if numeric else value.ljust(width) for value, width, numeric in zip(values, widths, right)
