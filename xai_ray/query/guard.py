@@ -12,9 +12,10 @@ Decided by what each statement does, looking inside wrappers, never by how its t
 - anything else (COPY, EXPORT, ATTACH, SET, CALL, PRAGMA, INSERT, CREATE, ...) is refused, and
   so is a wrapper around it.
 
-The connection's sandbox (``query.open_store``) is the second wall: it can open only the store's
-own Parquet files, by exact path, and DuckDB writes a COPY through a temporary file beside its
-target, which that sandbox does not allow.
+The connection's sandbox (``query.open_store``) keeps every other file out of reach: it can open
+only the store's own Parquet files, by exact path. For those files the guard is the only wall:
+DuckDB's ``allowed_paths`` grants writing too, and ``COPY ... (use_tmp_file false)`` onto a part
+would replace it.
 """
 
 from __future__ import annotations
