@@ -124,3 +124,44 @@ def test_review_rows_name_every_ranking_and_metric():
     assert by[("m", "auprc")] == pytest.approx((1 + 2 / 4) / 2)
     assert by[("random", "auprc")] == pytest.approx(average_precision_score(gold, [0.1, 0.9, 0.5, 0.2]))
     assert {layer for m, layer, _, _ in rows if m == "random"} == {None}
+
+
+def test_touching_rationale_spans_stay_two_as_the_annotator_marked_them():
+    """Gold [[0, 2], [2, 4]] was rebuilt as the mask's one run [0, 4), so the prediction 0-3 scored
+    iou_f1 1.0. ERASER matches the annotated spans: the one predicted span [0, 4) has IOU 2/4 = 0.5
+    with each (a hit), precision 1/1, recall 1/2, F1 = 2 * 1 * 0.5 / 1.5 = 2/3."""
+    text = "a b c d e f"
+    mask, spans = pl.rationale_spans([[0, 2], [2, 4]], text, "tokens")
+    assert mask.tolist() == [True] * 4 + [False] * 2 and spans == [(0, 2), (2, 4)]
+    chosen = np.array([True] * 4 + [False] * 2)
+    assert pl.iou_f1(chosen, mask, spans) == pytest.approx(2 / 3)
+    assert pl.iou_f1(chosen, mask) == 1.0  # the mask's runs: one span
+    scores = np.array([0.9, 0.8, 0.7, 0.6, 0.1, 0.0])
+    assert pl.score_review(scores, mask, (0.5,), spans)[2] == pytest.approx(2 / 3)  # iou_f1@rationale
+    # character spans keep their own bounds too: "a b" and "c d" touch no common token
+    assert pl.rationale_spans([[0, 3], [4, 7]], text, "chars")[1] == [(0, 2), (2, 4)]
+
+
+def test_spans_are_cut_to_the_tokens_the_model_read():
+    kept = np.array([True, True, False, True, True, False])  # token 2 unread, the tail truncated
+    assert pl.spans_within([(0, 2), (1, 4), (5, 6)], kept) == [(0, 2), (1, 3)]
+
+
+def test_a_review_without_rationale_tokens_has_no_value_for_any_metric():
+    """token_f1@f and iou_f1@f were 0.0 for a review whose rationale is empty or lies only in its
+    truncated tail (auprc and @rationale were null): 0 pulls every mean toward 0."""
+    values = pl.score_review(np.array([0.5, 0.3, 0.2]), np.zeros(3, dtype=bool))
+    assert len(values) == len(pl.metric_names()) and all(np.isnan(v) for v in values)
+
+
+def test_a_character_span_of_white_space_only_is_an_error_not_an_empty_rationale():
+    with pytest.raises(pl.RationaleError, match="holds no word, only white space"):
+        pl.rationale_spans([[4, 5]], "good    film", "chars")
+
+
+def test_spans_from_a_parquet_list_of_lists_are_read():
+    """A Parquet list<list<int64>> column reaches pandas as an array of arrays: the run crashed
+    after publishing (numpy refused to tell the truth value of an array)."""
+    value = np.empty(2, dtype=object)  # as pandas holds it: one array per span
+    value[0], value[1] = np.array([0, 2]), np.array([3, 4])
+    assert pl.rationale_mask(value, "a b c d e", "tokens").tolist() == [True, True, False, True, False]

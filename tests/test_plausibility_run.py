@@ -154,3 +154,46 @@ def test_a_run_where_no_rationale_can_be_read_has_no_plausibility_rows_and_no_fa
     metrics, errors = score_run(words, {"a": "oops"}, "tokens")
     assert metrics.num_rows == 0 and metrics.schema.names == ["doc_id", "method", "layer", "metric", "value"]
     assert errors.column("doc_id").to_pylist() == ["a"] and "is not JSON" in errors.column("reason")[0].as_py()
+
+
+def test_rationales_are_read_by_the_corpus_reader_whatever_the_file_holds(tmp_path):
+    """The rationale reader was a second reader: integer ids with one null became '1.0' (every
+    rationale lost, silently), JSON numbers 3e2 became '300.0'; a CSV row with an extra field, a byte
+    that is not UTF-8, a JSON array with a string element and a byte-order mark crashed the run or
+    lost the first rationale. Given rows, expected rationales by the ids the corpus reader gives."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from xai_ray.config import RunConfig
+    from xai_ray.pipeline.plausibility import read_rationales
+
+    def read(path, **keys):
+        return read_rationales(RunConfig(data=str(path), rationales="why", **keys))
+
+    ids = tmp_path / "ids.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array([1, 2, None, 4], pa.int64()),
+                "text": ["a b", "c d", "e f", "g h"],
+                "why": pa.array([[[0, 1]], [[1, 2]], [[0, 2]], None], pa.list_(pa.list_(pa.int64()))),
+            }
+        ),
+        ids,
+    )
+    found = read(ids)
+    assert sorted(found) == ["1", "2"] and [list(map(list, found["1"]))] == [[[0, 1]]]
+    numbers = tmp_path / "n.jsonl"
+    numbers.write_text('{"id": 3e2, "text": "a b", "why": [1, 0]}\n{"id": 7, "text": "c d", "why": [0, 1]}\n')
+    assert read(numbers) == {"3e2": [1, 0], "7": [0, 1]}
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(
+        '\ufeff{"id": "k1", "text": "a b", "why": [1, 0]}\n{"id": "k2", "text": "c d", "why": [0, 1]}\n'.encode()
+    )
+    assert read(bom) == {"k1": [1, 0], "k2": [0, 1]}
+    rough = tmp_path / "rough.csv"
+    rough.write_bytes(b'id,text,why\na,good film,"[1, 0]"\nb,bad,"[0, 1]",extra\nc,caf\xe9 ok,"[0, 1]"\n')
+    assert read(rough) == {"a": "[1, 0]", "c": "[0, 1]"}  # the extra-field row is an error row of the run
+    array = tmp_path / "a.json"
+    array.write_text('[{"id": "x", "text": "a b", "why": [1, 1]}, "oops", {"id": "y", "text": "c d", "why": [1, 0]}]')
+    assert read(array) == {"x": [1, 1], "y": [1, 0]}

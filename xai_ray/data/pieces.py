@@ -63,13 +63,30 @@ def count_piece(source: SourcePlan, piece: Piece) -> tuple[int, bool]:
     return rows, bool(has_ids)
 
 
+def column_rows(source: SourcePlan, piece: Piece, column: str) -> Iterator[tuple[str | None, object]]:
+    """(the row's id as the corpus reader reads it, or None without one; its ``column`` value, or
+    None) for each row of ``piece`` in order: a column the run does not score (``rationales``) read
+    by the reader that read the scored rows, so both name the same rows (an integer id column with a
+    null stays 1, 2; a byte-order mark, a bad CSV row or a JSON line that is no object are what they
+    are to the corpus)."""
+    for frame in _frames(source, piece, CHUNK_ROWS, extra=(column,)):
+        n = len(frame)
+        ids = [fields.id_text(v)[0] for v in frame[source.id_column]] if source.id_column in frame else [None] * n
+        if "__line_id" in frame:
+            ids = [i if fields.missing(line) else line for i, line in zip(ids, frame["__line_id"])]
+        values = list(frame[column]) if column in frame else [None] * n
+        yield from zip(ids, values)
+
+
 def _present(value) -> bool:
     return not (value is None or (isinstance(value, float) and value != value))
 
 
-def _frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterator[pd.DataFrame]:
+def _frames(source: SourcePlan, piece: Piece, chunk_rows: int, extra: tuple = ()) -> Iterator[pd.DataFrame]:
+    """The piece's rows as written, in frames; ``extra``: columns a Parquet file is read for beyond
+    the id, text and label (the other formats read every column anyway)."""
     if piece.kind == "parquet":
-        yield from _parquet_frames(source, piece, chunk_rows)
+        yield from _parquet_frames(source, piece, chunk_rows, extra)
     elif piece.kind == "csv":
         yield from _csv_frames(piece, chunk_rows)
     elif piece.kind in ("jsonl", "json"):
@@ -131,11 +148,11 @@ _NULLABLE = {
 }
 
 
-def _parquet_frames(source: SourcePlan, piece: Piece, chunk_rows: int) -> Iterator[pd.DataFrame]:
+def _parquet_frames(source: SourcePlan, piece: Piece, chunk_rows: int, extra: tuple = ()) -> Iterator[pd.DataFrame]:
     try:
         parquet = pq.ParquetFile(piece.path)
         names = parquet.schema_arrow.names
-        wanted = [c for c in (source.id_column, source.text_column, source.label_column) if c in names]
+        wanted = [c for c in (source.id_column, source.text_column, source.label_column, *extra) if c in names]
         for batch in parquet.iter_batches(batch_size=chunk_rows, row_groups=list(piece.part), columns=wanted):
             yield batch.to_pandas(types_mapper=_NULLABLE.get)
     except CorpusError:

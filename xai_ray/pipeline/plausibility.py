@@ -12,6 +12,7 @@ read is an ``errors`` row of stage ``plausibility`` with its reason; the other r
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 from pathlib import Path
@@ -23,7 +24,9 @@ import pyarrow.parquet as pq
 
 from xai_ray.config import ConfigError, RunConfig
 from xai_ray.data import fields
+from xai_ray.data.pieces import column_rows
 from xai_ray.data.sources import plan
+from xai_ray.data.text import open_text
 from xai_ray.query.connection import open_store, run_named
 from xai_ray.scoring import plausibility
 from xai_ray.scoring.faithfulness import RANDOM, random_scores
@@ -38,52 +41,65 @@ READABLE = ("parquet", "csv", "jsonl", "json")
 
 def read_rationales(cfg: RunConfig) -> dict[str, object]:
     """doc_id -> the rationale as the corpus wrote it (rows without one, an empty cell among them,
-    are left out; of rows repeating an id, the first)."""
-    found = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
-    kinds = sorted({p.kind for p in found.pieces} - set(READABLE))
+    are left out; of rows repeating an id, the first). Read by the corpus's own reader
+    (``data.pieces.column_rows``): the same rows, and the same ids, as the scored reviews."""
+    source = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
+    kinds = sorted({p.kind for p in source.pieces} - set(READABLE))
     if kinds:
         raise ConfigError(
             f"rationales={cfg.rationales!r} needs a Parquet, CSV or JSON lines corpus; {cfg.data!r} is {kinds[0]}"
         )
-    paths = list(dict.fromkeys((p.path, p.kind) for p in found.pieces))  # a Parquet file split by row groups once
-    frames = [_frame(Path(path), kind, (cfg.id_column, cfg.rationales)) for path, kind in paths]
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if cfg.rationales not in frame.columns:
-        columns = ", ".join(map(str, frame.columns))
+    if not any(cfg.rationales in _columns(piece) for piece in source.pieces):
+        columns = ", ".join(dict.fromkeys(c for piece in source.pieces for c in _columns(piece)))
         raise ConfigError(f"rationales={cfg.rationales!r} is not a column of {cfg.data!r} (columns: {columns})")
-    if cfg.id_column in frame.columns:
-        ids = [fields.id_text(v)[0] for v in frame[cfg.id_column]]
-    else:
-        ids = [f"{cfg.split}-{row}" for row in range(len(frame))]
     found: dict[str, object] = {}
-    for doc_id, value in zip(ids, frame[cfg.rationales]):
-        blank = fields.missing(value) or (isinstance(value, str) and not value.strip())  # a CSV's empty cell
-        if doc_id is not None and not blank:
-            found.setdefault(doc_id, value)  # a repeated id: the first row's, the one screening keeps
+    row = 0
+    for piece in source.pieces:
+        for written_id, value in column_rows(source, piece, cfg.rationales):
+            doc_id = written_id if written_id is not None or source.has_ids else f"{cfg.split}-{row}"
+            row += 1
+            blank = fields.missing(value) or (isinstance(value, str) and not value.strip())  # a CSV's empty cell
+            if doc_id is not None and not blank:
+                found.setdefault(doc_id, _plain(value))  # a repeated id: the first row's, the one screening keeps
     return found
 
 
-def _frame(path: Path, kind: str, wanted: tuple[str, ...]) -> pd.DataFrame:
-    """The file's rows; of a Parquet file only the ``wanted`` columns (its texts stay on disk)."""
-    if kind == "parquet":
-        names = pq.read_schema(path).names
-        return pq.read_table(path, columns=[c for c in wanted if c in names] or names[:1]).to_pandas()
-    if kind == "csv":
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
-    with open(path, encoding="utf-8") as handle:
-        if kind == "json":
-            return pd.DataFrame(json.load(handle))
-        return pd.DataFrame([_object(line) for line in handle if line.strip()])
+def _plain(value):
+    """A rationale as plain Python: the corpus reader keeps a JSON number as its text
+    (``fields.JsonNumber``), read here as the number it spells."""
+    if isinstance(value, fields.JsonNumber):
+        text = str(value)
+        return float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
 
 
-def _object(line: str) -> dict:
-    """A JSON line's object; a line that is none (the run recorded it as an ``errors`` row) is an
-    empty row, so the rows after it keep their numbers."""
+def _columns(piece) -> list[str]:
+    """The columns a corpus file names: a Parquet file's schema, a CSV's header, the keys of its JSON
+    objects (a JSON lines file may name a key on any line)."""
+    path = Path(piece.path)
+    if piece.kind == "parquet":
+        return pq.read_schema(path).names
+    with open_text(path, newline="\n" if piece.kind == "jsonl" else "") as handle:
+        if piece.kind == "csv":
+            return fields.csv_header(csv.reader(handle))
+        items = _array(handle.read()) if piece.kind == "json" else map(_parsed, handle)
+        return list(dict.fromkeys(key for item in items if isinstance(item, dict) for key in item))
+
+
+def _parsed(line: str):
     try:
-        found = json.loads(line)
+        return json.loads(line)
     except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
+        return None
+
+
+def _array(text: str) -> list:
+    value = _parsed(text)
+    return value if isinstance(value, list) else []
 
 
 def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) -> tuple[pa.Table, pa.Table]:
@@ -94,7 +110,7 @@ def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) 
             continue
         text = doc["text"].iloc[0]
         try:
-            gold = plausibility.rationale_mask(rationales[doc_id], text, units)
+            gold, spans = plausibility.rationale_spans(rationales[doc_id], text, units)
         except plausibility.RationaleError as err:  # recorded per row, the job goes on
             errors.append((doc_id, str(err)))
             continue
@@ -105,7 +121,8 @@ def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) 
             rankings.append((method, int(layer), per_token[0]))
         rankings = [(m, layer, s[seen]) for m, layer, s in rankings]
         rankings.append((RANDOM, None, random_scores(doc_id, int(seen.sum()), seed)))
-        for method, layer, metric, value in plausibility.review_rows(rankings, gold[seen]):
+        spans = plausibility.spans_within(spans, seen)
+        for method, layer, metric, value in plausibility.review_rows(rankings, gold[seen], gold_spans=spans):
             metrics.append((doc_id, method, layer, metric, None if np.isnan(value) else float(value)))
     table = (
         pa.table(dict(zip(FAITHFULNESS.names, zip(*metrics))), schema=FAITHFULNESS)

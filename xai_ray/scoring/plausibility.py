@@ -21,8 +21,9 @@ Metrics of one review, each a row (method, layer, metric, value) beside the fait
                         ``average_precision_score``); undefined (null) without rationale tokens
     token_f1@rationale  F1 of the top-|rationale| tokens against the rationale (there P = R = F1)
     iou_f1@rationale    the top-|rationale| tokens as maximal runs of neighbours ("spans"); a span
-                        is a hit when its IOU with some rationale span is >= 0.5; precision = hits
-                        / predicted spans, recall = hits / rationale spans (at most 1), their F1
+                        is a hit when its IOU with some rationale span (as the annotator marked
+                        them: two touching spans are two) is >= 0.5; precision = hits / predicted
+                        spans, recall = hits / rationale spans (at most 1), their F1
     token_f1@f, iou_f1@f   the same for the top ceil(f * tokens) tokens
 
 Ties rank by position. ERASER pools token and span counts over the whole corpus (micro); here
@@ -62,6 +63,14 @@ def whitespace_tokens(text: str) -> list[tuple[int, int]]:
 def rationale_mask(value, text: str, units: str = "tokens") -> np.ndarray:
     """One review's rationale -> (T,) bool over its whitespace tokens (see the module docstring).
     Raises ``RationaleError`` naming what is wrong."""
+    return rationale_spans(value, text, units)[0]
+
+
+def rationale_spans(value, text: str, units: str = "tokens") -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """One review's rationale -> ((T,) bool over its whitespace tokens, the annotator's spans as
+    [start, end) whitespace-token ranges): spans as written (a character span as the tokens it
+    touches), a mask's runs. ``iou_f1`` matches predicted spans against these, as ERASER does, so
+    two touching spans stay two. Raises ``RationaleError`` naming what is wrong."""
     if units not in UNITS:
         raise RationaleError(f"rationale_units must be one of {', '.join(UNITS)}, got {units!r}")
     spans = whitespace_tokens(text)
@@ -72,27 +81,54 @@ def rationale_mask(value, text: str, units: str = "tokens") -> np.ndarray:
             raise RationaleError(
                 f"rationale {value[:40]!r} is not JSON (a 0/1 list or a list of [start, end] pairs)"
             ) from None
-    if hasattr(value, "tolist"):
-        value = value.tolist()
+    value = _listed(value)
     if value is None:
         raise RationaleError("rationale is null")
     if not isinstance(value, list):
         raise RationaleError(f"rationale is a {type(value).__name__}, not a 0/1 list or a list of [start, end] pairs")
     if value and all(not isinstance(v, (list, tuple)) for v in value):
-        return _mask_of(value, len(spans))
+        mask = _mask_of(value, len(spans))
+        return mask, runs(mask)
     pairs = [_pair(v) for v in value]
     mask = np.zeros(len(spans), dtype=bool)
     limit = len(spans) if units == "tokens" else len(text)
+    gold = []
     for start, end in pairs:
         if not 0 <= start < end <= limit:
             raise RationaleError(
                 f"rationale span [{start}, {end}] is outside the review's {limit} {units} (0 <= start < end <= {limit})"
             )
-        if units == "tokens":
-            mask[start:end] = True
-        else:
-            mask |= np.array([s < end and start < e for s, e in spans], dtype=bool)
-    return mask
+        if units == "chars":
+            touched = np.flatnonzero([s < end and start < e for s, e in spans])
+            if not len(touched):
+                raise RationaleError(f"rationale span [{start}, {end}] of characters holds no word, only white space")
+            start, end = int(touched[0]), int(touched[-1]) + 1
+        mask[start:end] = True
+        gold.append((start, end))
+    return mask, gold
+
+
+def spans_within(spans: list[tuple[int, int]], kept: np.ndarray) -> list[tuple[int, int]]:
+    """``spans`` over all whitespace tokens -> the same over the ``kept`` ones only (the tokens the
+    model read), each span cut to its kept tokens; a span with none is dropped."""
+    kept = np.asarray(kept, dtype=bool)
+    index = np.cumsum(kept) - 1
+    out = []
+    for start, end in spans:
+        inside = np.flatnonzero(kept[start:end]) + start
+        if len(inside):
+            out.append((int(index[inside[0]]), int(index[inside[-1]]) + 1))
+    return out
+
+
+def _listed(value):
+    """Arrays as lists at every depth: a Parquet list<list<int>> column reaches pandas as an array of
+    arrays, whose truth value numpy refuses to tell."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_listed(item) for item in value]
+    return value
 
 
 def _mask_of(values: list, n_tokens: int) -> np.ndarray:
@@ -176,9 +212,10 @@ def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
 
 
-def iou_f1(predicted: np.ndarray, gold: np.ndarray) -> float:
-    """F1 of span hits (IOU >= 0.5 with some rationale span); 0 when either side has no span."""
-    mine, theirs = runs(predicted), runs(gold)
+def iou_f1(predicted: np.ndarray, gold: np.ndarray, gold_spans: list[tuple[int, int]] | None = None) -> float:
+    """F1 of span hits (IOU >= 0.5 with some rationale span); 0 when either side has no span. The
+    rationale's spans are ``gold_spans`` (the annotator's, ``rationale_spans``), else ``gold``'s runs."""
+    mine, theirs = runs(predicted), runs(gold) if gold_spans is None else gold_spans
     if not mine or not theirs:
         return 0.0
 
@@ -195,28 +232,38 @@ def n_top(n_tokens: int, fraction: float) -> int:
     return min(n_tokens, max(1, math.ceil(fraction * n_tokens - 1e-9)))
 
 
-def score_review(scores: np.ndarray, gold: np.ndarray, fractions: Sequence[float] = FRACTIONS) -> list[float]:
-    """Every metric of one ranking (``metric_names`` order): (T,) scores, (T,) bool rationale."""
+def score_review(
+    scores: np.ndarray,
+    gold: np.ndarray,
+    fractions: Sequence[float] = FRACTIONS,
+    gold_spans: list[tuple[int, int]] | None = None,
+) -> list[float]:
+    """Every metric of one ranking (``metric_names`` order): (T,) scores, (T,) bool rationale, and
+    its spans (default: its runs). A review without rationale tokens (an empty rationale, or one only
+    in a truncated tail) has no value for any metric: null, not 0, which would pull every mean down."""
     gold = np.asarray(gold, dtype=bool)
-    values = [average_precision(scores, gold)]
     sizes = [int(gold.sum()), *(n_top(len(gold), f) for f in fractions)]
+    if not gold.any():
+        return [float("nan")] * (1 + 2 * len(sizes))
+    values = [average_precision(scores, gold)]
     for k in sizes:
-        if k == 0:  # no rationale tokens: nothing to match
-            values += [float("nan"), float("nan")]
-            continue
         chosen = top_tokens(scores, k)
-        values += [token_f1(chosen, gold), iou_f1(chosen, gold)]
+        values += [token_f1(chosen, gold), iou_f1(chosen, gold, gold_spans)]
     return values
 
 
 def review_rows(
-    rankings: list[tuple[str, int | None, np.ndarray]], gold: np.ndarray, fractions: Sequence[float] = FRACTIONS
+    rankings: list[tuple[str, int | None, np.ndarray]],
+    gold: np.ndarray,
+    fractions: Sequence[float] = FRACTIONS,
+    gold_spans: list[tuple[int, int]] | None = None,
 ) -> list[tuple[str, int | None, str, float]]:
     """(method, layer, metric, value) rows of one review: ``rankings`` are (method, layer, (T,)
-    scores over the tokens the model read), ``gold`` the rationale over the same tokens."""
+    scores over the tokens the model read), ``gold`` the rationale over the same tokens, and
+    ``gold_spans`` its spans there (``spans_within``)."""
     names = metric_names(fractions)
     return [
         (method, layer, name, value)
         for method, layer, scores in rankings
-        for name, value in zip(names, score_review(scores, gold, fractions))
+        for name, value in zip(names, score_review(scores, gold, fractions, gold_spans))
     ]
