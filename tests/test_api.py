@@ -12,7 +12,7 @@ import pytest
 
 import xai_ray
 from xai_ray import cli
-from xai_ray.config import resolve
+from xai_ray.config import ConfigError, resolve
 from xai_ray.query.connection import QueryError
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
@@ -140,6 +140,21 @@ def test_report_and_charts_render(api_run):
     assert isinstance(run.chart("agreement"), alt.TopLevelMixin)  # raw vs rollout per review
     with pytest.raises(ValueError, match="no report chart"):
         run.chart("nonsense")
+    # k as `report --k` takes it: -5 said "no data", 0 drew 20 words, "x" a bare ValueError
+    for k, says in ((-5, r"k must be in \[1, 1000\]"), (0, r"k must be in \[1, 1000\]"), ("x", "k must be an integer")):
+        with pytest.raises(ConfigError, match=says):
+            xai_ray.report_chart("headline", run.store, run.run_id, k=k)
+
+
+def test_words_take_their_filters_as_typed_values(api_run):
+    """``words(doc_id=5)`` raised DuckDB's ConversionException: ids are text, a whole number is its digits."""
+    run, _, _ = api_run
+    assert run.words(doc_id=5).empty  # no document "5", and no exception
+    assert set(run.words(doc_id="r1").doc_id) == {"r1"}
+    with pytest.raises(ConfigError, match="layer must be an integer"):
+        run.words(layer="last")
+    with pytest.raises(ConfigError, match="method must be a text"):
+        run.words(method=["raw"])
 
 
 def test_explain_renders_inline_with_word_scores(tiny_bert_dir):
@@ -169,7 +184,6 @@ def test_explain_renders_inline_with_word_scores(tiny_bert_dir):
 
 
 def test_arguments_of_the_wrong_kind_are_one_sentence_and_nothing_is_created(tmp_path, tiny_bert_dir, monkeypatch):
-    from xai_ray.config import ConfigError
 
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "c.csv"

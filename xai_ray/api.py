@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from xai_ray.config import ConfigError
+from xai_ray.keys import Rule, check
 
 REPORT_CHARTS = ("summary", "headline", "explorer", "per_method", "per_class", "contrast", "layers", "agreement")
 
@@ -204,7 +205,11 @@ class Run:
         return self._select("docs").sort_values("doc_id", ignore_index=True)
 
     def words(self, method: str | None = None, layer: int | None = None, doc_id: str | None = None) -> pd.DataFrame:
-        """One row per document x method x layer x word (``score`` sums to 1 per document, method, layer)."""
+        """One row per document x method x layer x word (``score`` sums to 1 per document, method, layer).
+        ``doc_id``: a document's id as stored (text; a whole number is taken as its digits)."""
+        method = check("method", method, "str | None")
+        layer = check("layer", layer, "int | None")
+        doc_id = check("doc_id", doc_id, "str | None")
         frame = self._select("words", method=method, layer=layer, doc_id=doc_id)
         return frame.sort_values(["doc_id", "method", "layer", "word_id"], ignore_index=True)
 
@@ -277,12 +282,13 @@ def report_chart(
 
     from xai_ray.report.blocks import Fragment
     from xai_ray.report.context import context
-    from xai_ray.report.definition import load_definition
+    from xai_ray.report.definition import MAX_K, load_definition
     from xai_ray.report.sections import BUILDERS
     from xai_ray.store import remote
 
     if name not in BUILDERS:
         raise ConfigError(f"no report chart {name!r}; charts: {', '.join(sorted(BUILDERS))}")
+    k = check("k", k, "int | None", Rule(lo=1, hi=MAX_K))  # as `report --k`: -5 and 0 drew nothing or 20
     ctx = context(remote.local_store(store), run_id, load_definition(definition), k)
     section = BUILDERS[name](ctx)
     charts = [item for item in (section.items if section else []) if not isinstance(item, Fragment)]
