@@ -188,3 +188,20 @@ def test_percent_signs_reach_the_job_as_written(tmp_path, capsys, monkeypatch):
     assert "%" not in exec_line.replace("%%", "")
     subprocess.run(exec_line.replace("%%", "%").replace("$$", "$"), shell=True, timeout=120)
     assert "lies outside the working directory" in log.read_text()
+
+
+def test_a_local_schedule_of_a_config_that_cannot_run_is_refused_at_once(tmp_path, capsys):
+    """A YAML list, a self-naming alias, `--set limit=abc` and an unknown key each printed an entry
+    to install; the job would only have failed at 02:00."""
+    cases = {"list.yaml": ("- a\n- b\n", [], "must hold a mapping"), "rec.yaml": ("extra: &a {x: *a}\n", [], "alias")}
+    cases["ok.yaml"] = ("model: minilm\n", ["limit=abc"], "limit must be an integer")
+    cases["ok2.yaml"] = ("model: minilm\n", ["bogus_key=1"], "unknown config key 'bogus_key'")
+    for name, (text, sets, says) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        argv = ["schedule", str(path), "--dry-run", *(arg for item in sets for arg in ("--set", item))]
+        assert cli.main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert says in err and len(err.splitlines()) == 1, err
+    (tmp_path / "fine.yaml").write_text("model: minilm\n")
+    assert cli.main(["schedule", str(tmp_path / "fine.yaml"), "--dry-run"]) == 0

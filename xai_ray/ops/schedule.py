@@ -26,7 +26,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
-from xai_ray.config import ConfigError
+from xai_ray.config import ConfigError, resolve
 
 MARKER = "# xai-ray-nightly:"
 
@@ -62,6 +62,8 @@ def schedule(
         from xai_ray.ops.submit import check_config
 
         check_config(path, "nightly", sets)
+    elif not remove:  # the config and --set read as the job will read them: a bad key fails now too
+        resolve(path, None, sets)
     tag = job_tag(path)
     log_path = Path(log).expanduser().resolve() if log else Path.home() / ".local" / "state" / "xai-ray" / "nightly.log"
     line = command_line(path, submit_to, log_path, sets)
