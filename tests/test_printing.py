@@ -121,3 +121,15 @@ def test_control_and_bidi_characters_are_shown_escaped_on_a_terminal(capsys, mon
     assert "\x1b" in printed(capsys, [table], "csv")  # a pipe: the data as it is
     monkeypatch.setattr(printing.sys.stdout, "isatty", lambda: True, raising=False)
     assert "a\\x1b[2Jb" in printed(capsys, [table], "csv") and "\x1b" not in printed(capsys, [table], "csv")
+
+
+def test_a_value_duckdb_cannot_print_is_named_as_the_results_not_the_stores(capsys):
+    """A UHUGEINT >= 2**127 travels over Arrow as decimal128(38, 0) and fails DuckDB's cast back:
+    the command said "DuckDB failed on the store (a damaged file?)"."""
+    import duckdb
+
+    from xai_ray.query.connection import QueryError
+
+    table = duckdb.connect().sql("select 170141183460469231731687303715884105728::uhugeint v").to_arrow_table()
+    with pytest.raises(QueryError, match="a value of the query's result cannot be printed"):
+        printing.print_rows([table], "table")

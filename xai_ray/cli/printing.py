@@ -124,6 +124,8 @@ def _as_text(batches, json: bool = False, keep_types: list | None = None) -> Ite
     import duckdb
     import pyarrow as pa
 
+    from xai_ray.query.connection import QueryError
+
     numbers = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
 
     con = duckdb.connect(":memory:")  # formats rows already fetched: no store, no user SQL here
@@ -138,7 +140,12 @@ def _as_text(batches, json: bool = False, keep_types: list | None = None) -> Ite
             query = f"select to_json(struct_pack({fields}))::varchar from shown"
         else:
             query = "select " + ", ".join(f"c{k}::varchar" for k in range(len(names))) + " from shown"
-        yield names, con.execute(query).fetchall()
+        try:
+            rows = con.execute(query).fetchall()
+        except duckdb.Error as err:  # the result's own value, not the store: say so
+            detail = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise QueryError(f"a value of the query's result cannot be printed: {detail}") from None
+        yield names, rows
         con.unregister("shown")
 
 

@@ -13,7 +13,11 @@ from xai_ray.config import ConfigError
 
 def add_parsers(sub) -> None:
     sql = sub.add_parser("sql", help="run SQL over the store's views (read-only)")
-    sql.add_argument("query", help="one SQL statement over runs, docs, tokens, words, errors, faithfulness, heads")
+    sql.add_argument(
+        "query",
+        help="SQL over runs, docs, tokens, words, errors, faithfulness, heads (several statements, each "
+        "one reading: the last one's rows are printed)",
+    )
     flags.add_store(sql)
     add_format(sql)
     add_limits(sql, output=True)

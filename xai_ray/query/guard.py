@@ -98,6 +98,8 @@ def _check(con, query: str, kind: str, depth: int) -> None:
         return
     if kind == "MULTI" and _is_pivot_query(query):
         return
+    if kind == "LOAD" and _tokens(query)[:1] and _tokens(query)[0][2] == "install":
+        kind = "INSTALL"  # the parser's LOAD type holds INSTALL too
     raise RefusedStatement(f"{'an' if kind[0] in 'AEIOU' else 'a'} {kind} statement")
 
 
