@@ -387,3 +387,15 @@ def test_a_page_written_over_the_stores_own_files_is_refused(store, capsys):
     assert cli.main(["report", "--store", str(store), "--out", str(run / "report.html")]) == 0  # its own page
     assert "<html" in (run / "report.html").read_text()
     (run / "report.html").unlink()
+
+
+def test_bidirectional_overrides_reach_no_page(tmp_path):
+    """A class name or review holding U+202E reversed the text after it in the report (spoofing);
+    pages show each override, embedding and isolate as U+FFFD."""
+    from xai_ray.api import iframe
+    from xai_ray.report.outputs import write_page
+
+    page = "<p>Mean P(\u202epos) \u2066x\u2069 \u05e9\u05dc\u05d5\u05dd caf\u00e9</p>"
+    text = write_page(tmp_path / "p.html", page).read_text()
+    assert text == "<p>Mean P(\ufffdpos) \ufffdx\ufffd \u05e9\u05dc\u05d5\u05dd caf\u00e9</p>"  # Hebrew kept
+    assert "\u202e" not in iframe(page, 100) and "\u2066" not in iframe(page, 100)

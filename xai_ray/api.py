@@ -333,6 +333,9 @@ class Page:
 
 
 def iframe(page: str, height: int) -> str:
+    from xai_ray.report.outputs import BIDI_CONTROLS
+
+    page = page.translate(BIDI_CONTROLS)  # as a written page: no override turns the text around
     # srcdoc takes the whole page as an attribute: escaped, so the review's text stays text
     return (
         f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:{int(height)}px;'

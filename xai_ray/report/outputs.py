@@ -49,9 +49,18 @@ def check_target(out: str | Path, option: str = "--out", store: str | Path | Non
     return out
 
 
+# Bidirectional overrides, embeddings and isolates (U+202A-U+202E, U+2066-U+2069): a review, a
+# class name or an id holding U+202E turned the text after it around in the page (spoofing what a
+# reader sees). A page shows each as U+FFFD, so the reader sees that something was there.
+BIDI_CONTROLS = {code: "\ufffd" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
 def write_page(out: str | Path, text: str | bytes, option: str = "--out") -> Path:
-    """Write ``text`` to ``out`` atomically (``store.files``); on failure leave nothing behind."""
+    """Write ``text`` to ``out`` atomically (``store.files``); on failure leave nothing behind. A
+    page's bidirectional controls are written as U+FFFD (``BIDI_CONTROLS``)."""
     out = check_target(out, option)
+    if isinstance(text, str):
+        text = text.translate(BIDI_CONTROLS)
     try:
         return write_atomically(out, text, durable=True)
     except OSError as err:
