@@ -399,3 +399,11 @@ def test_bidirectional_overrides_reach_no_page(tmp_path):
     text = write_page(tmp_path / "p.html", page).read_text()
     assert text == "<p>Mean P(\ufffdpos) \ufffdx\ufffd \u05e9\u05dc\u05d5\u05dd caf\u00e9</p>"  # Hebrew kept
     assert "\u202e" not in iframe(page, 100) and "\u2066" not in iframe(page, 100)
+
+
+def test_charts_dir_and_out_naming_one_path_is_refused_before_the_page(store, tmp_path, monkeypatch, capsys):
+    """`--format svg --charts-dir x.html --out x.html` wrote the page, then failed on the folder."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["report", "--store", str(store), "--out", "x.html", "--format", "svg", "--charts-dir", "x.html"]
+    assert cli.main(argv) == 2
+    assert "both name 'x.html'" in capsys.readouterr().err and not (tmp_path / "x.html").exists()

@@ -55,6 +55,8 @@ def build_report(
     ``charts_dir``, also write every chart there as ``fmt`` (png or svg) from the same queries.
     ``con`` and ``extra``: see ``context``."""
     out = check_target(out, store=store)  # before the work: a folder, a device, a link or a store file is refused
+    if charts_dir is not None and Path(os.path.abspath(charts_dir)) == Path(os.path.abspath(out)):
+        raise ConfigError(f"--charts-dir and --out both name {str(out)!r}; the charts need a folder of their own")
     if charts_dir is not None and Path(charts_dir).exists() and not Path(charts_dir).is_dir():
         raise ConfigError(f"--charts-dir {str(charts_dir)!r} is not a folder; name a folder for the chart files")
     if not isinstance(definition, dict):
