@@ -9,13 +9,12 @@ Over 300 lines: every run key's default, check and one-sentence error sit togeth
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import yaml
 
-from xai_ray.keys import ConfigError, Rule, check_all
+from xai_ray.keys import ConfigError, Rule, check_all, plain_yaml, yaml_problem
 from xai_ray.methods.base import HEAD_FUSIONS, RESIDUAL_MODES, RETIRED_RESIDUAL
 
 __all__ = ["ConfigError", "CorpusSource", "RunConfig", "resolve"]
@@ -289,42 +288,6 @@ def _check_keys(keys, where: str) -> None:
             raise ConfigError(f"unknown config key {key!r} in {where}{hint}")
 
 
-class PlainLoader(yaml.SafeLoader):
-    """YAML for configs and ``--set``: plain values, as written. No aliases (``*name``): a few hundred
-    bytes of nested aliases expand to gigabytes, and one that names itself never ends. Numbers only
-    in decimal: YAML 1.1 reads ``010`` as 8 (octal), ``1:00`` as 60 (base 60) and ``2026-01-01`` as a
-    date; here the first two stay text (a number key reads ``010`` as 10, a text key keeps it) and a
-    date is text."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"the alias *{event.anchor} is not allowed (write the value out)", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
-_YAML11_NUMBERS = {f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "timestamp")}
-PlainLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML11_NUMBERS]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-PlainLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789"))
-PlainLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^[-+]?(?:[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"
-    ),
-    list("-+0123456789."),
-)
-
-
-def plain_yaml(text: str):
-    """``text`` read by ``PlainLoader`` (``yaml.YAMLError`` where it is not plain YAML)."""
-    return yaml.load(text, Loader=PlainLoader)  # noqa: S506 (a SafeLoader: builds plain values only)
-
-
 def parse_set(items: list[str] | None) -> dict:
     """``["a=1", "methods=raw,flow"]`` -> ``{"a": 1, "methods": "raw,flow"}`` (values parsed as YAML)."""
     out = {}
@@ -361,17 +324,6 @@ def read_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values")
     return data
-
-
-def yaml_problem(err: yaml.YAMLError) -> str:
-    """A YAML error in one line: what is wrong and where (PyYAML's own text spans several lines, with
-    the line quoted). A tag such as ``!!python/name:os.system`` is no plain value: safe_load builds none."""
-    problem = getattr(err, "problem", None) or (str(err).splitlines() or [type(err).__name__])[0]
-    mark = getattr(err, "problem_mark", None)
-    if "could not determine a constructor for the tag" in problem:
-        tag = problem.split("tag", 1)[1].strip(" '").replace("tag:yaml.org,2002:", "!!")
-        problem = f"the tag {tag!r} is not allowed (plain values only: strings, numbers, booleans, lists, mappings)"
-    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
 
 
 def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from xai_ray.config import ConfigError, plain_yaml, yaml_problem
+from xai_ray.config import ConfigError
+from xai_ray.keys import plain_yaml, yaml_problem
 from xai_ray.query import wordstats
 
 # Every section a definition may name, in the default order (report.sections.BUILDERS has one builder each).
