@@ -124,7 +124,7 @@ CONFIGS = {
     "python name": (b"limit: !!python/name:os.system\n", "the tag '!!python/name:os.system' is not allowed"),
     "python apply": (b"limit: !!python/object/apply:os.system ['touch PWNED']\n", "is not allowed"),
     "local tag": (b"limit: !mine 3\n", "the tag '!mine' is not allowed"),
-    "undefined alias": (b"limit: *nope\n", "found undefined alias 'nope' (line 1, column 8)"),
+    "alias": (b"limit: *nope\n", "the alias *nope is not allowed (write the value out) (line 1, column 8)"),
     "unclosed": (b"methods: [raw, rollout\n", "(line 2, column 1)"),
     "deep": (b"limit: " + b"[" * 50_000 + b"\n", "nests lists or mappings too deeply"),
 }

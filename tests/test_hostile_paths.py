@@ -379,7 +379,7 @@ def test_a_page_written_over_the_stores_own_files_is_refused(store, capsys):
     query refused it as damaged). Inside a store only a page's own places take a page."""
     run = store / "runs" / "run_id=r1"
     before = snapshot(store)
-    for target in (next((run / "docs").glob("*.parquet")), run / "manifest.json", store / "notes.html"):
+    for target in (next((run / "docs").glob("*.parquet")), run / "manifest.json", store / "logs" / "r1.log"):
         assert cli.main(["report", "--store", str(store), "--out", str(target)]) == 2
         err = capsys.readouterr().err
         assert f"{str(target)!r} is inside store" in err and len(err.splitlines()) == 1, err
@@ -387,6 +387,8 @@ def test_a_page_written_over_the_stores_own_files_is_refused(store, capsys):
     assert cli.main(["report", "--store", str(store), "--out", str(run / "report.html")]) == 0  # its own page
     assert "<html" in (run / "report.html").read_text()
     (run / "report.html").unlink()
+    assert cli.main(["report", "--store", str(store), "--out", str(store / "mine.html")]) == 0  # beside the store's own
+    (store / "mine.html").unlink()
 
 
 def test_bidirectional_overrides_reach_no_page(tmp_path):

@@ -38,6 +38,7 @@ CONFIG = "config.yaml"
 NIGHT_RECORD = "nightly.json"
 LATEST = "latest"
 RUN_PREFIX = "run_id="
+NIGHTLY_LOCK = ".nightly.lock"
 NIGHTLY_PREFIX = "nightly-"  # the nightly job's run ids (nightly-YYYY-MM-DD): no other run takes one
 
 
@@ -156,14 +157,20 @@ def aggregate_file(store: str | Path, run_id: str, name: str) -> Path:
     return run_dir(store, run_id) / "aggregates" / f"{name}.parquet"
 
 
+OWN_FOLDERS = ("runs", "_staging", "reports", "logs")  # what a store writes beside a user's own files
+
+
 def is_page_of(store: str | Path, path: str | Path) -> bool | None:
-    """Where ``path`` lies against ``store``: None outside it; inside it, whether it is a place for a
-    page (a run's ``report.html``, a night's ``reports/DATE/report.html``), the only files of a store
-    a report or page may be written to (every other one is the store's data)."""
+    """Where ``path`` lies against ``store``: None outside the store's own files and folders
+    (``OWN_FOLDERS``, the nightly lock; a user's file beside them, as in a store that is the working
+    folder, is outside); inside them, whether it is a place for a page (a run's ``report.html``, a
+    night's ``reports/DATE/report.html``), the only ones a report or page may be written to."""
     root, target = Path(os.path.realpath(store)), Path(os.path.realpath(path))
-    if target != root and root not in target.parents:
+    if root not in target.parents:
         return None
     parts = target.relative_to(root).parts
+    if parts[0] not in OWN_FOLDERS and parts != (NIGHTLY_LOCK,):
+        return None
     run_page = len(parts) == 3 and parts[0] == "runs" and parts[1].startswith(RUN_PREFIX)
     night_page = len(parts) == 3 and parts[0] == "reports" and parts[1] != LATEST
     return (run_page or night_page) and parts[2] == REPORT
@@ -200,4 +207,4 @@ def latest_swap(store: str | Path) -> Path:
 
 
 def nightly_lock(store: str | Path) -> Path:
-    return Path(store) / ".nightly.lock"
+    return Path(store) / NIGHTLY_LOCK
