@@ -43,7 +43,7 @@ WRONG = [
     ("max_error_share=1.5", ["max_error_share", "in [0, 1]"]),
     ("evaluate_fractions=0.1,x", ["evaluate_fractions", "list of numbers"]),
     ("evaluate_fractions=[0.1, 0.1]", ["evaluate_fractions must differ at two decimals"]),
-    ("evaluate_fractions=[0.001, 0.004]", ["evaluate_fractions must differ at two decimals"]),  # both @0.00
+    ("evaluate_fractions=[0.001, 1]", ["evaluate_fractions must be shares in [0.005, 1]"]),  # @0.00 read "nothing"
     # text and choices
     ("model=", ["model", "null"]),
     ("model=''", ["model", "must not be empty"]),

@@ -381,3 +381,11 @@ def test_a_resumed_run_sums_every_document_once(tmp_path, scorer_factory):
     again.publish({"created_at": "x"})
     view = open_store(tmp_path).execute("select n_docs, count(*) as n from heads group by n_docs").df()
     assert view.n_docs.tolist() == [6] and view.n.tolist() == [2 * 2]  # tiny BERT: 2 layers x 2 heads
+
+
+def test_a_model_of_one_head_gets_a_map_of_one_point():
+    """A 1-layer, 1-head model crashed `run` after publishing and `report` (IndexError: the map of one
+    head had one axis). One point sits at the origin on both axes."""
+    assert classical_mds(np.zeros((1, 1))).tolist() == [[0.0, 0.0]]
+    two = classical_mds(np.array([[0.0, 4.0], [4.0, 0.0]]))  # two heads 2 apart: on one axis
+    assert two.shape == (2, 2) and abs(two[0, 0] - two[1, 0]) == pytest.approx(2.0) and not two[:, 1].any()

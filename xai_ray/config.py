@@ -115,8 +115,11 @@ class RunConfig(CorpusSource):
         if twice:  # each method is a set of columns in the store: a second copy has nowhere to go
             raise ConfigError(f"methods names {', '.join(twice)} more than once: {', '.join(self.methods)}")
         check_target(self.target)
-        if not self.evaluate_fractions or not all(0.0 < f <= 1.0 for f in self.evaluate_fractions):
-            raise ConfigError(f"evaluate_fractions must be shares in (0, 1], got {list(self.evaluate_fractions)}")
+        if not self.evaluate_fractions or not all(0.005 <= f <= 1.0 for f in self.evaluate_fractions):
+            raise ConfigError(  # named at two decimals: 0.001 would read @0.00, "nothing removed"
+                f"evaluate_fractions must be shares in [0.005, 1] (metric names give two decimals), "
+                f"got {list(self.evaluate_fractions)}"
+            )
         named = [f"{f:.2f}" for f in self.evaluate_fractions]  # as the metric names spell them (comprehensiveness@0.10)
         if len(set(named)) < len(named):
             raise ConfigError(

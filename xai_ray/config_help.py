@@ -104,7 +104,7 @@ MEANINGS = {
     "node write the run's parts; false: workers on the driver's node write them (a URI store: always)",
     "extra": "free-form mapping kept in the manifest (nightly and URI stores record theirs here)",
     "evaluate": "also measure faithfulness (comprehensiveness, sufficiency, rank correlations) of every method",
-    "evaluate_fractions": "shares of tokens removed or kept by the faithfulness metrics",
+    "evaluate_fractions": "shares of tokens removed or kept by the faithfulness metrics (0.005 to 1, named at two decimals)",
     "evaluate_share": "share of documents evaluated, picked by a hash of doc_id, in (0, 1]",
     "rationales": "the corpus column holding each review's human rationale (a 0/1 list per whitespace token, "
     "or [start, end] pairs): plausibility (AUPRC, token F1, IOU F1) of every method is stored in faithfulness "

@@ -162,7 +162,9 @@ def classical_mds(squared: np.ndarray, dims: int = 2) -> np.ndarray:
     coords = vectors[:, order] * np.sqrt(np.clip(values[order], 0.0, None))
     # A fixed sign per axis (largest |coordinate| positive): the same data always draws the same map
     signs = np.sign(coords[np.abs(coords).argmax(axis=0), np.arange(coords.shape[1])])
-    return coords * np.where(signs == 0, 1.0, signs)
+    coords = coords * np.where(signs == 0, 1.0, signs)
+    # fewer points than axes (a model of one head): the missing axes are 0, so the map still draws
+    return np.pad(coords, ((0, 0), (0, dims - coords.shape[1])))
 
 
 def behaviour(stats) -> str:
