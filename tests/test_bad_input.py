@@ -19,6 +19,7 @@ from xai_ray.data.corpus import read_corpus
 from xai_ray.data.screening import screen
 from xai_ray.query.connection import QueryError, open_store
 from xai_ray.query.user_sql import run_sql
+from xai_ray.store import StoreError
 from xai_ray.store.writer import RunWriter
 
 # --------------------------------------------------------------------------- bad input
@@ -388,3 +389,39 @@ def test_a_text_with_nothing_to_read_is_rejected_like_an_empty_one(text, readabl
     assert row["error"] == problem
     if readable:
         assert len(row["words"]) >= 1
+
+
+def test_a_resume_after_the_model_or_the_corpus_changed_is_refused_before_scoring(
+    tmp_path, tiny_bert_dir, scorer_factory, capsys
+):
+    """A resume after the model folder got other weights scored every remaining document, then could
+    never publish ("actors loaded different weights"); one after the corpus file was rewritten
+    under the same name published old and new texts in one run. Both are refused up front, in one
+    sentence, and the staging stays resumable once the files are back."""
+    import shutil
+
+    from xai_ray import pipeline
+    from xai_ray.config import resolve
+
+    data, model = tmp_path / "c.csv", tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, model)
+    pd.DataFrame({"id": ["d0", "d1"], "text": TEXTS[:2], "label": [0, 1]}).to_csv(data, index=False)
+    flags = {"data": str(data), "model": str(model), "store": str(tmp_path / "s"), "run_id": "x", "max_length": 32}
+    writer = pipeline.open_writer(resolve(None, flags, []), "x")
+    writer.write(scorer_rows(scorer_factory("bert"), TEXTS[:1]))
+    writer.commit()
+    writer.abort(keep_parts=True)  # as a killed run leaves it
+    weights = next(model.glob("*.safetensors"))
+    kept = weights.read_bytes()
+    weights.write_bytes(kept[:-4] + b"\0\0\0\0")  # fine-tuned again in place
+    status = cli.main(["run", "--resume", "x", "--store", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert status == 2 and "the model folder of the unfinished run_id=x changed since it started" in err, err
+    weights.write_bytes(kept)
+    os.utime(weights, ns=(0, 0))  # same bytes, another time: still refused (sizes or times are compared)
+    assert cli.main(["run", "--resume", "x", "--store", str(tmp_path / "s")]) == 2
+    capsys.readouterr()
+    data.write_text(data.read_text().replace("d1,", "d1,CHANGED "))
+    with pytest.raises(StoreError, match="the corpus files and model folder of the unfinished run_id=x changed"):
+        pipeline.open_writer(resolve(None, flags, []), "x")
+    assert (pipeline_staging := tmp_path / "s" / "_staging" / "run_id=x").is_dir() and any(pipeline_staging.iterdir())

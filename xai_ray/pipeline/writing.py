@@ -13,6 +13,7 @@ exactly once) and the manifest it publishes stay together.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -85,14 +86,40 @@ def resolved(cfg: RunConfig) -> RunConfig:
     return replace(cfg, long_text=resolve_mode(cfg.long_text, cfg.model))
 
 
+def source_state(name: str, nested: bool = True, outside: str | None = None) -> str | None:
+    """sha256 of what a local file or folder holds now (each file's absolute path, size and
+    modification time; ``nested``: the folder's subfolders too, less anything under ``outside``),
+    None for a name that is neither (a Hub id). A model fine-tuned again in place, or a corpus file
+    rewritten under the same name, changes it."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        found = path.rglob("*") if nested else path.iterdir()
+        skip = Path(outside).expanduser().resolve() if outside else None
+        files = sorted(f for f in found if f.is_file() and not (skip and skip in f.resolve().parents))
+    else:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
 def open_writer(cfg: RunConfig, run_id: str) -> RunWriter:
     """The run's writer; resumes the run when its staging holds committed parts."""
     settings = resolved(cfg).to_dict()
+    identity = {k: settings[k] for k in IDENTITY_KEYS}
+    # what the model folder and the corpus hold now: a resume after either changed would mix versions
+    identity["model_files"] = source_state(cfg.model, nested=False)  # the weights sit at its top
+    if not cfg.extra.get("nightly"):  # a night's folder gains files by design: its screening skips what is done
+        identity["data_files"] = source_state(cfg.data, outside=cfg.store)
     writer = RunWriter(
         cfg.store,
         run_id,
         list(cfg.methods),
-        identity={k: settings[k] for k in IDENTITY_KEYS},
+        identity=identity,
         part_rows=cfg.part_rows,
         totals=HeadTotals if cfg.heads else None,
         layout=cfg.store_layout,  # a resumed run keeps the layout its parts were written in

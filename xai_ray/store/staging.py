@@ -39,6 +39,10 @@ class StagingError(RuntimeError):
     """Staging cannot be used as asked; the message says why (``store`` turns it into a StoreError)."""
 
 
+# Identity keys of what a run reads rather than of its settings (``pipeline.writing.source_state``)
+CONTENT_KEYS = {"model_files": "model folder", "data_files": "corpus files"}
+
+
 class Staging:
     """The staging folder of one run, opened for writing: locked, swept, its committed parts read."""
 
@@ -61,12 +65,23 @@ class Staging:
         identity = json.loads(json.dumps(identity, default=str))  # as it reads back from JSON
         if path.is_file():
             kept = json.loads(path.read_text())
-            changed = sorted(k for k in set(kept) | set(identity) if kept.get(k) != identity.get(k))
-            if changed:
+            # a key the first attempt did not record (an older version's staging) is not compared
+            changed = sorted(k for k in kept if kept.get(k) != identity.get(k))
+            files = [k for k in changed if k in CONTENT_KEYS]
+            settings = [k for k in changed if k not in CONTENT_KEYS]
+            if settings:
                 self.close()
                 raise StagingError(
-                    f"the unfinished {self.folder.name} was started with other settings ({', '.join(changed)}); "
-                    "finish it with `xai-ray run --resume RUN_ID`, or pick another --run-id"
+                    f"the unfinished {self.folder.name} was started with other settings ({', '.join(settings)}); "
+                    "a run keeps its first settings: resume it without changing them (`xai-ray run --resume "
+                    "RUN_ID`), or start a new run with another --run-id"
+                )
+            if files:
+                self.close()
+                what = " and ".join(CONTENT_KEYS[k] for k in files)
+                raise StagingError(
+                    f"the {what} of the unfinished {self.folder.name} changed since it started (file sizes or "
+                    "times): its parts would mix two versions; restore them, or start a new run with another --run-id"
                 )
             return
         write_atomically(path, json.dumps(identity, indent=2, sort_keys=True).encode())
