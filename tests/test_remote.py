@@ -95,3 +95,23 @@ def test_a_published_run_is_never_overwritten(published):
 def test_an_unopenable_uri_is_one_sentence(capsys):
     assert cli.main(["sql", "--store", "nosuchscheme://bucket/x", "select 1"]) == 2
     assert "cannot open store 'nosuchscheme://bucket/x'" in capsys.readouterr().err
+
+
+def test_a_run_published_in_the_mirror_but_never_uploaded_is_uploaded_by_a_resume(published, tiny_bert_dir, capsys):
+    """Killed between the mirror's publish and the upload, a run was lost for good: `--resume` said
+    there was nothing to resume, a rerun said it "already exists" (in the mirror only), and other
+    machines never saw it. Both now upload it, as it is; a run the bucket holds is still refused."""
+    local, uri = published["local"], published["uri"]
+    cfg = resolve(None, {"model": tiny_bert_dir, "max_length": 32, "store": str(local), "methods": "raw,rollout"})
+    rows = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})({"doc_id": ["u0"], "text": [TEXTS[0]], "label": [1]})
+    pipeline.write([rows], cfg, "r2", n_input=1)  # published in the mirror; the upload never ran
+    assert not remote.has_run(uri, "r2")
+    assert cli.main(["run", "--resume", "r2", "--store", uri]) == 0
+    assert remote.has_run(uri, "r2")
+    assert (published["bucket"] / "runs" / "run_id=r2" / "manifest.json").is_file()
+    capsys.readouterr()
+    assert cli.main(["run", "--resume", "r2", "--store", uri]) == 2
+    assert "already complete" in capsys.readouterr().err
+    pipeline.write([rows], cfg, "r3", n_input=1)
+    result = pipeline.run(resolve(None, {"model": tiny_bert_dir, "store": uri, "run_id": "r3", "data": "x.csv"}))
+    assert result.run_id == "r3" and remote.has_run(uri, "r3")

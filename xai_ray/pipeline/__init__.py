@@ -209,10 +209,23 @@ def _run_through_mirror(cfg: RunConfig) -> RunResult:
     ``config.store`` is the mirror folder; ``config.extra.store_uri`` the store it was published to."""
     local = remote.pull(cfg.store)
     if cfg.run_id and layout.is_published(local, cfg.run_id):
-        raise StoreError(f"run {cfg.run_id!r} already exists in store {cfg.store!r}; pick another --run-id")
+        if remote.has_run(cfg.store, cfg.run_id):
+            raise StoreError(f"run {cfg.run_id!r} already exists in store {cfg.store!r}; pick another --run-id")
+        return _upload_published(local, cfg)
     result = run(replace(cfg, store=str(local), extra={**cfg.extra, "store_uri": cfg.store}))
     remote.push_run(local, cfg.store, result.run_id)
     return result
+
+
+def _upload_published(local: Path, cfg: RunConfig) -> RunResult:
+    """A run published in this machine's mirror whose upload never happened (the command was
+    stopped between the two): uploaded now, as it is."""
+    log.info("run %s is published in the mirror %s but not in %s: uploading it", cfg.run_id, local, cfg.store)
+    remote.push_run(local, cfg.store, cfg.run_id)
+    run_dir = layout.run_dir(local, cfg.run_id)
+    report_file = layout.report_path(local, cfg.run_id)
+    manifest = layout.read_manifest(run_dir / layout.MANIFEST)
+    return RunResult(cfg.run_id, run_dir, manifest, report_file if report_file.is_file() else None)
 
 
 def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:
@@ -224,9 +237,14 @@ def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list
             "--resume needs the id of the unfinished run, as the line that said it stopped gives it "
             "(its parts are in STORE/_staging/run_id=ID)"
         )
-    saved = layout.staged_config(store, run_id)
+    local = remote.local_store(store)  # a store URI's staging and runs are in this machine's mirror
+    saved = layout.staged_config(local, run_id)
     if not saved.is_file():
-        if layout.run_dir(store, run_id).is_dir():
+        published = layout.manifest_path(local, run_id)
+        if published.is_file() and remote.is_uri(store) and not remote.has_run(store, run_id):
+            manifest = layout.read_manifest(published)  # published here, never uploaded: `run` uploads it
+            return replace(RunConfig.from_manifest(manifest), store=store, run_id=run_id)
+        if layout.run_dir(local, run_id).is_dir():
             raise StoreError(f"run {run_id!r} in store {store!r} is already complete; nothing to resume")
         raise StoreError(f"store {store!r} has no unfinished run {run_id!r} to resume")
     flags = {**(flags or {}), "store": store, "run_id": run_id}

@@ -98,6 +98,15 @@ def pull(uri: str) -> Path:
     return local
 
 
+def has_run(uri: str, run_id: str) -> bool:
+    """Whether ``uri`` holds run ``run_id`` published (its manifest there)."""
+    import pyarrow.fs as pafs
+
+    fs, base = filesystem(uri)
+    rel = store_layout.manifest_path(Path(), run_id).as_posix()
+    return fs.get_file_info(f"{base}/{rel}").type == pafs.FileType.File
+
+
 def push_run(local: str | Path, uri: str, run_id: str) -> None:
     """Upload one published run of the mirror to ``uri``, its manifest last."""
     import pyarrow.fs as pafs
