@@ -177,3 +177,42 @@ def test_page_renders_in_headless_chromium(page_file, tmp_path, chromium):
         if "file://" in str(e.get("params", {}).get("network_isolation_key", "")) and "url" in e["params"]
     ]
     assert [u for u in requests if not u.startswith("file:")] == []
+
+
+def _stored_run(tmp_path, model: str, long_text: str, run_id: str) -> Path:
+    cfg = resolve(None, {"model": model, "max_length": 24, "store": str(tmp_path / "store"), "methods": "raw,rollout"})
+    cfg = cfg.__class__(**{**cfg.to_dict(), "long_text": long_text, "methods": ("raw", "rollout")})
+    rows = Scorer({**cfg.to_dict(), "gpus_per_actor": 0})({"doc_id": ["h"], "text": [HOSTILE * 3], "label": [1]})
+    pipeline.write([rows], cfg, run_id, n_input=1)
+    return Path(cfg.store)
+
+
+def test_a_stored_review_is_explained_with_its_runs_cut_and_weights(tiny_model_factory, tmp_path, capsys):
+    """`explain --doc-id` re-scored a head_tail run's review as plain head truncation (other tokens,
+    other scores) and drew its head view from yet another input; a window run's review was cut to
+    one window; a model folder holding other weights since the run was used without a word."""
+    import shutil
+
+    from xai_ray.query.connection import open_store
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_factory(FAMILY), model)
+    store = _stored_run(tmp_path, str(model), "head_tail", "ht")
+    out = tmp_path / "ht.html"
+    assert cli.main(["explain", "--store", str(store), "--run", "ht", "--doc-id", "h", "--out", str(out)]) == 0
+    tokens = page_data(out.read_text())["tokens"]
+    query = "select token from tokens where run_id = 'ht' and method = 'raw' and layer = 1 order by position"
+    assert tokens == open_store(store).execute(query).df().token.tolist()  # the input the run scored
+    assert tokens != explain_tokens_of_head(model, 24)  # its tail, not plain truncation
+    store_w = _stored_run(tmp_path / "w", str(model), "window", "w")
+    assert cli.main(["explain", "--store", str(store_w), "--run", "w", "--doc-id", "h", "--out", str(out)]) == 2
+    assert "scored 'h' in windows" in capsys.readouterr().err
+    weights = next(model.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-4] + b"\0\0\0\1")  # other weights under the run's model path
+    assert cli.main(["explain", "--store", str(store), "--run", "ht", "--doc-id", "h", "--out", str(out)]) == 2
+    assert "is not the one the run scored with" in capsys.readouterr().err
+
+
+def explain_tokens_of_head(model: Path, max_length: int) -> list[str]:
+    tokenizer = load_model(str(model)).tokenizer
+    return tokenizer.convert_ids_to_tokens(tokenizer(HOSTILE * 3, truncation=True, max_length=max_length)["input_ids"])

@@ -46,11 +46,12 @@ def explain_text(
     label: int | None = None,
     source: str = "",
     store: str | Path | None = None,
+    fingerprint: str | None = None,
 ) -> Path:
     """Score ``text`` with ``model`` and write its explorer page to ``out``; returns the path.
     ``store``: the store the review came from, whose data files ``out`` may not name."""
     check_target(out, store=store)  # before the model loads: a folder, a device, a link or a store file fails at once
-    page, _ = explain_page(text, model, max_length, methods, options, doc_id, label, source)
+    page, _ = explain_page(text, model, max_length, methods, options, doc_id, label, source, fingerprint)
     return write_page(out, page)
 
 
@@ -63,8 +64,10 @@ def explain_page(
     doc_id: str = "review",
     label: int | None = None,
     source: str = "",
+    fingerprint: str | None = None,
 ) -> tuple[str, dict]:
-    """The explorer page of ``text`` as one HTML string, and the scorer's row it shows."""
+    """The explorer page of ``text`` as one HTML string, and the scorer's row it shows.
+    ``fingerprint``: the weights the page must be scored with (a stored run's), else refused."""
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("the text to explain is empty")
     config = {
@@ -81,7 +84,13 @@ def explain_page(
     row = scorer({"doc_id": [doc_id], "text": [text], "label": [label]}).to_pylist()[0]
     if row.get("error"):
         raise ConfigError(f"the review cannot be explained: {row['error']}")
-    attention, statistics = per_head_attention(scorer, text)
+    if fingerprint and scorer.info["fingerprint"] != fingerprint:
+        raise ConfigError(
+            f"the model at {model!r} is not the one the run scored with (weights {scorer.info['fingerprint'][:12]}, "
+            f"the run's {fingerprint[:12]}): the page would not show the run's scores; name another model "
+            "with --model to explain with it on purpose"
+        )
+    attention, statistics = per_head_attention(scorer, text, row["tokens"])
     return build_page(row, attention, statistics, scorer.info, list(methods), source), row
 
 
@@ -108,11 +117,21 @@ def explain_stored(
     found = run_named(con, "explain_doc", run_id=run["run_id"], doc_id=str(doc_id))
     if found.empty:
         raise QueryError(f"no document {doc_id!r} in run {run['run_id']!r} (its errors view may say why)")
-    saved = RunConfig.from_manifest(json.loads(run["manifest"]))  # the run's own settings, checked
+    manifest = json.loads(run["manifest"])
+    saved = RunConfig.from_manifest(manifest)  # the run's own settings, checked
     doc = found.iloc[0]
     options = {**saved.attention_options, "target": saved.target, "ig_steps": saved.ig_steps}
-    if model is None:  # the run's own model: the safety flags it was run with apply to it
+    options.update(long_text=saved.long_text, window_stride=saved.window_stride)  # its model input, cut as it was
+    fingerprint = None
+    if model is None:  # the run's own model: the safety flags it was run with apply to it, its weights too
         options.update(allow_pickle=saved.allow_pickle, trust_remote_code=saved.trust_remote_code)
+        fingerprint = manifest.get("model", {}).get("fingerprint")
+    if saved.long_text == "window" and int(doc.n_tokens) > (max_length or saved.max_length):
+        raise ConfigError(
+            f"run {run['run_id']!r} scored {doc_id!r} in windows ({int(doc.n_tokens)} tokens, long_text=window); "
+            'a page shows one model input: its stored scores are in the words view (xai-ray sql "select * '
+            "from words where doc_id = '...'\")"
+        )
     label = None if pd.isna(doc.label) else int(doc.label)
     return explain_text(
         doc.text,
@@ -125,16 +144,24 @@ def explain_stored(
         label,
         source=f"run {run['run_id']} of store {store}",
         store=store,
+        fingerprint=fingerprint,
     )
 
 
-def per_head_attention(scorer, text: str):
+def per_head_attention(scorer, text: str, tokens: list[str] | None = None):
     """Every head's attention of one review, (L, H, n, n), and its per-head statistics (L, H, k)
-    as means, from one forward pass through the capture with all rows kept."""
+    as means, from one forward pass through the capture with all rows kept. ``tokens``: the model
+    input the scorer's row was scored on (a head_tail cut keeps its tail), else plain truncation."""
+    import torch
+
     from xai_ray.methods.heads import HeadCollector, position_masks
     from xai_ray.model.capture import forward_with_attention
 
-    encoding = scorer.tokenizer([text], truncation=True, max_length=scorer.max_length, return_tensors="pt")
+    if tokens is not None:
+        ids = torch.tensor([scorer.tokenizer.convert_tokens_to_ids(list(tokens))])  # (1, n)
+        encoding = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    else:
+        encoding = scorer.tokenizer([text], truncation=True, max_length=scorer.max_length, return_tensors="pt")
     n = int(encoding["input_ids"].shape[1])
     collector = HeadCollector([n], position_masks(encoding["input_ids"], scorer.tokenizer), [True], n)
     forward_with_attention(scorer.model, {k: v.to(scorer.device) for k, v in encoding.items()}, heads=collector)
