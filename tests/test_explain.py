@@ -216,3 +216,22 @@ def test_a_stored_review_is_explained_with_its_runs_cut_and_weights(tiny_model_f
 def explain_tokens_of_head(model: Path, max_length: int) -> list[str]:
     tokenizer = load_model(str(model)).tokenizer
     return tokenizer.convert_ids_to_tokens(tokenizer(HOSTILE * 3, truncation=True, max_length=max_length)["input_ids"])
+
+
+def test_a_review_from_stdin_and_the_cut_of_the_notebook_api(tiny_model_factory, tmp_path, capsys, monkeypatch):
+    """A 1 MB review could not be given on the command line (the argument list's limit): `-` reads it
+    from stdin. `xai_ray.explain(..., long_text="window")` was taken and silently dropped."""
+    import io
+
+    import xai_ray
+
+    model = tiny_model_factory(FAMILY)
+    out = tmp_path / "stdin.html"
+    monkeypatch.setattr("sys.stdin", io.StringIO("the film was good " * 20_000))
+    assert cli.main(["explain", "-", "--model", model, "--max-length", "24", "--out", str(out)]) == 0
+    assert len(page_data(out.read_text())["tokens"]) == 24
+    with pytest.raises(ValueError, match="cut the review into several windows"):
+        xai_ray.explain("the film was good " * 40, model=model, methods="raw", max_length=24, long_text="window")
+    tail = xai_ray.explain(HOSTILE * 3, model=model, methods="raw", max_length=24, long_text="head_tail")
+    head = xai_ray.explain(HOSTILE * 3, model=model, methods="raw", max_length=24, long_text="head")
+    assert page_data(tail.page)["tokens"] != page_data(head.page)["tokens"]  # the cut reached the scorer

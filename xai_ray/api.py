@@ -375,7 +375,8 @@ def explain(
         raise ConfigError(f"the text to explain must be a string, got {type(text).__name__}")
     length = explain_module.DEFAULT_MAX_LENGTH if max_length is None else max_length
     cfg = config_module.resolve(None, {"model": model, "methods": _names(methods), "max_length": length, **options})
-    page, row = explain_module.explain_page(text, cfg.model, cfg.max_length, cfg.methods, cfg.attention_options)
+    options = explain_module.page_options(cfg)  # the cut, the class explained and the safety flags too
+    page, row = explain_module.explain_page(text, cfg.model, cfg.max_length, cfg.methods, options)
     return Explanation(
         text=text,
         pred=row["pred"],

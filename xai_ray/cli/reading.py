@@ -81,7 +81,9 @@ def add_parsers(sub) -> None:
     flags.add_quiet(rep)
 
     exp = sub.add_parser("explain", help="one review in depth: every layer's and head's attention, one HTML page")
-    exp.add_argument("text", nargs="?", help="the review to explain (or --store with --doc-id)")
+    exp.add_argument(
+        "text", nargs="?", help="the review to explain, or - to read it from stdin (or --store with --doc-id)"
+    )
     exp.add_argument(
         "--model",
         help="Hub id, local model folder, or 'minilm' (required for a text; default with --doc-id: the run's)",
@@ -286,8 +288,9 @@ def cmd_explain(args) -> int:
             },
         )
         safety = {"allow_pickle": args.allow_pickle, "trust_remote_code": args.trust_remote_code}
+        text = sys.stdin.read() if args.text == "-" else args.text  # a long review: the argument list has a limit
         out = explain.explain_text(
-            args.text, args.model, args.out, cfg.max_length, cfg.methods, {**cfg.attention_options, **safety}
+            text, args.model, args.out, cfg.max_length, cfg.methods, {**explain.page_options(cfg), **safety}
         )
     print(f"{out} ({out.stat().st_size / 1e6:.1f} MB)")
     return 0

@@ -84,6 +84,11 @@ def explain_page(
     row = scorer({"doc_id": [doc_id], "text": [text], "label": [label]}).to_pylist()[0]
     if row.get("error"):
         raise ConfigError(f"the review cannot be explained: {row['error']}")
+    if len(row["tokens"]) > scorer.max_length:  # long_text=window merged several model inputs
+        raise ConfigError(
+            f"long_text=window cut the review into several windows ({len(row['tokens'])} tokens); a page shows "
+            "one model input: explain it with long_text head or head_tail"
+        )
     if fingerprint and scorer.info["fingerprint"] != fingerprint:
         raise ConfigError(
             f"the model at {model!r} is not the one the run scored with (weights {scorer.info['fingerprint'][:12]}, "
@@ -92,6 +97,20 @@ def explain_page(
         )
     attention, statistics = per_head_attention(scorer, text, row["tokens"])
     return build_page(row, attention, statistics, scorer.info, list(methods), source), row
+
+
+def page_options(cfg: RunConfig) -> dict:
+    """What of a run config a page is scored with beyond model, length and methods: the attention
+    options, the class explained, the long-text cut and the safety flags."""
+    return {
+        **cfg.attention_options,
+        "target": cfg.target,
+        "ig_steps": cfg.ig_steps,
+        "long_text": cfg.long_text,
+        "window_stride": cfg.window_stride,
+        "allow_pickle": cfg.allow_pickle,
+        "trust_remote_code": cfg.trust_remote_code,
+    }
 
 
 def scores_frame(row: dict, methods) -> pd.DataFrame:
@@ -120,12 +139,12 @@ def explain_stored(
     manifest = json.loads(run["manifest"])
     saved = RunConfig.from_manifest(manifest)  # the run's own settings, checked
     doc = found.iloc[0]
-    options = {**saved.attention_options, "target": saved.target, "ig_steps": saved.ig_steps}
-    options.update(long_text=saved.long_text, window_stride=saved.window_stride)  # its model input, cut as it was
+    options = page_options(saved)  # its model input cut as it was
     fingerprint = None
     if model is None:  # the run's own model: the safety flags it was run with apply to it, its weights too
-        options.update(allow_pickle=saved.allow_pickle, trust_remote_code=saved.trust_remote_code)
         fingerprint = manifest.get("model", {}).get("fingerprint")
+    else:
+        options.update(allow_pickle=False, trust_remote_code=False)
     if saved.long_text == "window" and int(doc.n_tokens) > (max_length or saved.max_length):
         raise ConfigError(
             f"run {run['run_id']!r} scored {doc_id!r} in windows ({int(doc.n_tokens)} tokens, long_text=window); "
