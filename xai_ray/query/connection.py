@@ -34,11 +34,13 @@ from xai_ray.store.schemas import TABLES as SCHEMAS
 SQL_DIR = Path(__file__).parent / "sql"
 WORD_TOTALS = "word_totals"  # the aggregate stage's per-word sums (top_words.keep_word_totals)
 TABLES = ("docs", "errors", "tokens", "words", "faithfulness", "heads", "head_similarity")
+# The columns a view adds to its parts' own, in the order the views give them (an empty store's
+# views too: its reference page described them in another order than a store with runs)
 PARTITIONS = {
     "docs": {"run_id": pa.string()},
     "errors": {"run_id": pa.string()},
-    "tokens": {"run_id": pa.string(), "method": pa.string(), "layer": pa.int32()},
-    "words": {"run_id": pa.string(), "method": pa.string(), "layer": pa.int32()},
+    "tokens": {"layer": pa.int32(), "method": pa.string(), "run_id": pa.string()},
+    "words": {"layer": pa.int32(), "method": pa.string(), "run_id": pa.string()},
     "faithfulness": {"run_id": pa.string()},
     "heads": {"run_id": pa.string()},
     "head_similarity": {"run_id": pa.string()},
