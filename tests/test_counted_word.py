@@ -85,3 +85,39 @@ def test_every_topk_query_asks_the_macro_and_spells_no_rule_of_its_own():
         code = re.sub(r"--[^\n]*", "", text)  # comments may describe the rule
         assert "regexp_full_match" not in code and "list_contains" not in code, path.name
         assert not re.search(r"[<>]=?\s*\$min_(docs|count)", code), path.name
+
+
+def test_a_word_is_one_key_whatever_its_unicode_form_or_apostrophe(con):
+    """ "café" typed composed and decomposed ranked as two words with split support, and "it’s"
+    (U+2019) passed --exclude stop as a word the list spells "it's". The ``word_key`` macro every
+    grouping query calls (lower case, NFC) and a stop list holding both apostrophes."""
+    given = [
+        ("Caf\u00e9", None, "caf\u00e9"),
+        ("cafe\u0301", None, "caf\u00e9"),
+        ("It\u2019s", None, "it\u2019s"),
+        ("it", "It\u2019s", "it\u2019s"),  # a contraction's piece: its joined word
+        ("STRASSE", None, "strasse"),
+    ]
+    for word, joined, expected in given:
+        assert con.execute("select word_key(?, ?)", [joined, word]).fetchone()[0] == expected, word
+    params = wordstats.query_params("lift", 1, 1, "stop")
+    kept = con.execute(
+        "select counted_word(word_key(null, $w), 3, 3, $min_docs, $min_count, $exclude_punct, $stopwords)",
+        {"w": "It\u2019s", **{k: v for k, v in params.items() if k != "stat"}},
+    ).fetchone()[0]
+    assert kept is False
+
+
+def test_topk_counts_both_forms_of_a_word_as_one(tmp_path):
+    """Given: "café" composed in d1 and d2, decomposed in d3; "it’s" in every review. Expected: one
+    "café" row in 3 documents, and no "it's" with stop words left out."""
+    from test_charts import write_run
+
+    from xai_ray.query.top_words import topk
+
+    docs = [{"doc_id": d, "pred": 1} for d in ("d1", "d2", "d3")]
+    forms = {"d1": "caf\u00e9", "d2": "caf\u00e9", "d3": "cafe\u0301"}
+    rows = [(d, i, w, s) for d, form in forms.items() for i, (w, s) in enumerate([(form, 0.6), ("it\u2019s", 0.4)])]
+    write_run(tmp_path, "r", docs, {("raw", 1): rows})
+    top = topk(open_store(tmp_path), "r", "raw", 1, 10, 1, "all", min_docs=1, exclude="stop")
+    assert top.word.tolist() == ["caf\u00e9"] and top.documents.tolist() == [3]

@@ -63,6 +63,7 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
         )
     con = duckdb.connect(":memory:")
     con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
+    con.execute(sql_text("macro_word_key"))  # what a word is to them (lower case, NFC, one apostrophe)
     runs = [store_layout.run_dir(root, run_id) for run_id in store_layout.list_runs(root)]
     readable = _create_views(con, root, runs, TABLES, "view")
     con.from_arrow(_runs_table(runs)).create_view("runs")
@@ -240,6 +241,7 @@ def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool 
     runs = [store_layout.run_dir(root, run_id) for run_id in run_ids]
     con = duckdb.connect(":memory:")
     con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
+    con.execute(sql_text("macro_word_key"))  # what a word is to them (lower case, NFC, one apostrophe)
     con.execute("SET VARIABLE union_label = ?", [label])
     con.execute("SET VARIABLE union_runs = ?", [list(run_ids)])
     _create_views(con, root, runs, ("docs", "errors", "tokens", "words", "faithfulness"), "union")  # docs first

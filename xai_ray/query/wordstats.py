@@ -62,9 +62,11 @@ def parse_exclude(exclude) -> tuple[str, ...]:
 
 @lru_cache(maxsize=1)
 def stopwords() -> tuple[str, ...]:
-    """The shipped stop-word list (lower case), comments and blank lines skipped."""
+    """The shipped stop-word list (lower case), comments and blank lines skipped; each contraction
+    also with the typographic apostrophe U+2019 ("it’s" passed as a word the list spells "it's")."""
     lines = STOPWORDS_FILE.read_text(encoding="utf-8").splitlines()
-    return tuple(sorted({line.strip() for line in lines if line.strip() and not line.startswith("#")}))
+    words = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+    return tuple(sorted(words | {word.replace("'", "\u2019") for word in words}))
 
 
 def query_params(stat: str, min_docs: int, min_count: int, exclude) -> dict:

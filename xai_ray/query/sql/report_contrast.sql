@@ -14,13 +14,13 @@ with run_docs as (
 per_doc as (
     select
         doc_id,
-        lower(coalesce(joined, word)) as word,
+        word_key(joined, word) as word,
         sum(case when $stat = 'share' then score else lift end)
         / sum(cast(word_id = coalesce(span_id, word_id) as integer)) as value,
         sum(cast(word_id = coalesce(span_id, word_id) as integer)) as occurrences
     from words
     where run_id = $run_id and method = $method and layer = $layer
-    group by doc_id, lower(coalesce(joined, word))
+    group by doc_id, word_key(joined, word)
 ),
 
 per_word as (

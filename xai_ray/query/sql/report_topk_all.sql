@@ -17,13 +17,13 @@ per_doc as (
         method,
         layer,
         doc_id,
-        lower(coalesce(joined, word)) as word,
+        word_key(joined, word) as word,
         sum(case when $stat = 'share' then score else lift end)
         / sum(cast(word_id = coalesce(span_id, word_id) as integer)) as value,
         sum(cast(word_id = coalesce(span_id, word_id) as integer)) as occurrences
     from words
     where run_id = $run_id
-    group by method, layer, doc_id, lower(coalesce(joined, word))
+    group by method, layer, doc_id, word_key(joined, word)
 ),
 
 -- Sums, not means: a document has one predicted class, so the 'all' slice adds the class

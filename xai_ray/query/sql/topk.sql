@@ -10,7 +10,7 @@
 with occurrences as (
     select
         doc_id,
-        lower(coalesce(joined, word)) as word,
+        word_key(joined, word) as word,
         case when $stat = 'share' then score else lift end as value,
         cast(word_id = coalesce(span_id, word_id) as integer) as starts
     from words

@@ -32,13 +32,13 @@ per_doc as (
         method,
         layer,
         doc_id,
-        lower(coalesce(joined, word)) as word,
+        word_key(joined, word) as word,
         sum(case when $stat = 'share' then score else lift end)
         / sum(cast(word_id = coalesce(span_id, word_id) as integer)) as value,
         sum(cast(word_id = coalesce(span_id, word_id) as integer)) as occurrences
     from words
     where run_id = $run_id and ($method is null or method = $method) and ($layer is null or layer = $layer)
-    group by method, layer, doc_id, lower(coalesce(joined, word))
+    group by method, layer, doc_id, word_key(joined, word)
 ),
 
 -- documents: the reviews of the class holding the word, its document frequency there

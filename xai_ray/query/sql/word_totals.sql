@@ -10,13 +10,13 @@ with per_doc as (
         method,
         layer,
         doc_id,
-        lower(coalesce(joined, word)) as word,
+        word_key(joined, word) as word,
         sum(lift) / sum(cast(word_id = coalesce(span_id, word_id) as integer)) as lift,
         sum(score) / sum(cast(word_id = coalesce(span_id, word_id) as integer)) as share,
         sum(cast(word_id = coalesce(span_id, word_id) as integer)) as occurrences
     from words
     where run_id = $run_id and method = $method and layer = $layer
-    group by method, layer, doc_id, lower(coalesce(joined, word))
+    group by method, layer, doc_id, word_key(joined, word)
 ),
 
 final as (
