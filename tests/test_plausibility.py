@@ -114,6 +114,21 @@ def test_words_sum_onto_their_whitespace_tokens():
     found, seen = pl.token_scores(scores, starts, REVIEW)
     np.testing.assert_allclose(found[:, :6], [[0.1, 0.3, 0.25, 0.05, 0.1, 0.2], [0.0, -0.5, 0.5, 0.0, 0.0, 0.0]])
     np.testing.assert_array_equal(seen, [True] * 6 + [False] * 4)  # the tail was never read
+    lengths = [len(w) for w in words]  # with the words' lengths: the same, no word crosses white space
+    again, seen_again = pl.token_scores(scores, starts, REVIEW, lengths)
+    np.testing.assert_array_equal(again, found)
+    np.testing.assert_array_equal(seen_again, seen)
+
+
+def test_a_word_read_across_a_form_feed_counts_for_both_whitespace_tokens():
+    """ "good\x0cfilm" is two whitespace tokens to str.split and one word to the tokenizer (it drops
+    the form feed): "film" counted as never read, and a rationale on it left the review's AUPRC null."""
+    text = "a good\x0cfilm indeed"
+    words = ["a", "good\x0cfilm", "indeed"]
+    starts = pl.word_starts(words, text)
+    found, seen = pl.token_scores(np.array([[0.1, 0.7, 0.2]]), starts, text, [len(w) for w in words])
+    np.testing.assert_allclose(found, [[0.1, 0.7, 0.7, 0.2]])
+    assert seen.all()
 
 
 def test_review_rows_name_every_ranking_and_metric():

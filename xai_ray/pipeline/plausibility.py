@@ -116,8 +116,10 @@ def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) 
             continue
         rankings, seen = [], None
         for (method, layer), scored in doc.groupby(["method", "layer"], sort=True):
-            starts = plausibility.word_starts(scored["word"].tolist(), text)
-            per_token, seen = plausibility.token_scores(scored["raw_score"].to_numpy(float), starts, text)
+            words = scored["word"].tolist()
+            starts = plausibility.word_starts(words, text)
+            lengths = [len(word) for word in words]
+            per_token, seen = plausibility.token_scores(scored["raw_score"].to_numpy(float), starts, text, lengths)
             rankings.append((method, int(layer), per_token[0]))
         rankings = [(m, layer, s[seen]) for m, layer, s in rankings]
         rankings.append((RANDOM, None, random_scores(doc_id, int(seen.sum()), seed)))

@@ -147,22 +147,29 @@ def _pair(value) -> tuple[int, int]:
 
 
 def token_scores(
-    word_scores: np.ndarray, word_starts: Sequence[int | None], text: str
+    word_scores: np.ndarray,
+    word_starts: Sequence[int | None],
+    text: str,
+    word_lengths: Sequence[int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(L, W) word scores and each word's first character -> ((L, T) whitespace-token scores, (T,)
-    bool: the tokens holding a scored word, i.e. the ones the model read)."""
+    """(L, W) word scores and each word's first character (and length) -> ((L, T) whitespace-token
+    scores, (T,) bool: the tokens holding a scored word, i.e. the ones the model read). A word that
+    runs across white space (the tokenizer drops a form feed or a separator control that
+    ``str.split`` splits at: "good\x0cfilm" is one word to it) counts for each token it covers."""
     spans = whitespace_tokens(text)
-    ends = np.array([e for _, e in spans])
+    begins, ends = np.array([b for b, _ in spans]), np.array([e for _, e in spans])
     word_scores = np.atleast_2d(np.asarray(word_scores, dtype=np.float64))
     out = np.zeros((word_scores.shape[0], len(spans)))
     seen = np.zeros(len(spans), dtype=bool)
     for w, start in enumerate(word_starts):
         if start is None:
             continue
-        t = int(np.searchsorted(ends, start, side="right"))  # the token whose end lies past the word's start
-        if t < len(spans):
-            out[:, t] += word_scores[:, w]
-            seen[t] = True
+        first = int(np.searchsorted(ends, start, side="right"))  # the token whose end lies past the word's start
+        end = start + (word_lengths[w] if word_lengths is not None else 1)
+        last = max(first + 1, int(np.searchsorted(begins, end, side="left")))  # tokens beginning before its end
+        if first < len(spans):
+            out[:, first:last] += word_scores[:, w : w + 1]
+            seen[first:last] = True
     return out, seen
 
 
