@@ -306,26 +306,27 @@ def parse_set(items: list[str] | None) -> dict:
     return out
 
 
-def read_yaml(path: str | Path) -> dict:
+def read_yaml(path: str | Path, what: str = "config file") -> dict:
+    """The mapping a YAML file holds, read by ``keys.PlainLoader``; ``what`` the file is, for the one
+    sentence of ConfigError when it cannot be (missing, not UTF-8, not plain YAML, not a mapping)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist")
+        raise ConfigError(f"{what} {str(path)!r} does not exist")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(
-            f"config file {str(path)!r} is not UTF-8 text: byte 0x{raw[err.start]:02x} at byte {err.start}; "
-            "save it as UTF-8"
+            f"{what} {str(path)!r} is not UTF-8 text: byte 0x{raw[err.start]:02x} at byte {err.start}; save it as UTF-8"
         ) from None
     try:
         data = plain_yaml(text) or {}
     except yaml.YAMLError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {yaml_problem(err)}") from None
+        raise ConfigError(f"{what} {str(path)!r} is not valid YAML: {yaml_problem(err)}") from None
     except RecursionError:
-        raise ConfigError(f"config file {str(path)!r} nests lists or mappings too deeply to be a config") from None
+        raise ConfigError(f"{what} {str(path)!r} nests lists or mappings too deeply to be read") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values")
+        raise ConfigError(f"{what} {str(path)!r} must hold a mapping of keys to values")
     return data
 
 

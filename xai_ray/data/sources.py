@@ -177,6 +177,19 @@ def _json_values(file: Path, kind: str):
                     yield number, None
 
 
+def piece_columns(piece: Piece) -> list[str]:
+    """The columns a piece's file names, as the reader finds them: a Parquet schema, a CSV header,
+    the keys of its JSON objects (a JSON lines file may name a key on any line: all are read)."""
+    path = Path(piece.path)
+    if piece.kind == "parquet":
+        return _parquet_footer(path)[1]
+    if piece.kind == "csv":
+        return _text_header(path, piece.kind, "")
+    return list(
+        dict.fromkeys(k for _, value in _json_values(path, piece.kind) if isinstance(value, dict) for k in value)
+    )
+
+
 def first_line(err: Exception) -> str:
     return str(err).splitlines()[0] if str(err) else type(err).__name__
 

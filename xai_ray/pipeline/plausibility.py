@@ -12,21 +12,17 @@ read is an ``errors`` row of stage ``plausibility`` with its reason; the other r
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from xai_ray.config import ConfigError, RunConfig
 from xai_ray.data import fields
 from xai_ray.data.pieces import column_rows
-from xai_ray.data.sources import plan
-from xai_ray.data.text import open_text
+from xai_ray.data.sources import piece_columns, plan
 from xai_ray.query.connection import open_store, run_named
 from xai_ray.scoring import plausibility
 from xai_ray.scoring.faithfulness import RANDOM, random_scores
@@ -49,8 +45,8 @@ def read_rationales(cfg: RunConfig) -> dict[str, object]:
         raise ConfigError(
             f"rationales={cfg.rationales!r} needs a Parquet, CSV or JSON lines corpus; {cfg.data!r} is {kinds[0]}"
         )
-    if not any(cfg.rationales in _columns(piece) for piece in source.pieces):
-        columns = ", ".join(dict.fromkeys(c for piece in source.pieces for c in _columns(piece)))
+    if not any(cfg.rationales in piece_columns(piece) for piece in source.pieces):
+        columns = ", ".join(dict.fromkeys(c for piece in source.pieces for c in piece_columns(piece)))
         raise ConfigError(f"rationales={cfg.rationales!r} is not a column of {cfg.data!r} (columns: {columns})")
     found: dict[str, object] = {}
     row = 0
@@ -75,31 +71,6 @@ def _plain(value):
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
     return value
-
-
-def _columns(piece) -> list[str]:
-    """The columns a corpus file names: a Parquet file's schema, a CSV's header, the keys of its JSON
-    objects (a JSON lines file may name a key on any line)."""
-    path = Path(piece.path)
-    if piece.kind == "parquet":
-        return pq.read_schema(path).names
-    with open_text(path, newline="\n" if piece.kind == "jsonl" else "") as handle:
-        if piece.kind == "csv":
-            return fields.csv_header(csv.reader(handle))
-        items = _array(handle.read()) if piece.kind == "json" else map(_parsed, handle)
-        return list(dict.fromkeys(key for item in items if isinstance(item, dict) for key in item))
-
-
-def _parsed(line: str):
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None
-
-
-def _array(text: str) -> list:
-    value = _parsed(text)
-    return value if isinstance(value, list) else []
 
 
 def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) -> tuple[pa.Table, pa.Table]:

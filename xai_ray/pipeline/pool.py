@@ -21,6 +21,7 @@ cluster they hold their CPUs (Ray spreads them over the nodes), so they start af
 from __future__ import annotations
 
 import atexit
+import hashlib
 import logging
 import os
 import statistics
@@ -115,14 +116,26 @@ def identity(cfg) -> dict:
     }
 
 
-def folder_state(name: str) -> tuple:
-    """What a local model folder holds now (each file's name, size and modification time): a model
-    fine-tuned again into the same folder gets new actors, where the warm ones would score with the
-    weights they loaded before. Empty for a Hub id."""
-    folder = Path(name).expanduser()
-    if not folder.is_dir():
-        return ()
-    return tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in folder.iterdir() if f.is_file()))
+def source_state(name: str, nested: bool = True, outside: str | None = None) -> str | None:
+    """sha256 of what a local file or folder holds now (each file's absolute path, size and
+    modification time; ``nested``: the folder's subfolders too, less anything under ``outside``),
+    None for a name that is neither (a Hub id). A model fine-tuned again in place, or a corpus file
+    rewritten under the same name, changes it: a resumed run refuses it (``open_writer``), and a
+    warm pool holding the model's old weights is replaced (``start``)."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        found = path.rglob("*") if nested else path.iterdir()
+        skip = Path(outside).expanduser().resolve() if outside else None
+        files = sorted(f for f in found if f.is_file() and not (skip and skip in f.resolve().parents))
+    else:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
@@ -135,7 +148,7 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
     session = _session()
     key = (
         tuple(sorted(identity(cfg).items())),
-        folder_state(cfg.model),
+        source_state(cfg.model, nested=False),  # a folder fine-tuned again in place: new actors
         actors,
         gpus,
         cfg.cpus_per_actor,

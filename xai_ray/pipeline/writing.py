@@ -13,7 +13,6 @@ exactly once) and the manifest it publishes stay together.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -31,7 +30,7 @@ import yaml
 from xai_ray.config import RunConfig, resolve_target
 from xai_ray.methods.head_summary import HeadTotals
 from xai_ray.model.loading import describe_model
-from xai_ray.pipeline.pool import start_timings
+from xai_ray.pipeline.pool import source_state, start_timings
 from xai_ray.progress import Progress
 from xai_ray.runtime import versions
 from xai_ray.scoring.segments import resolve_mode
@@ -84,27 +83,6 @@ def resolved(cfg: RunConfig) -> RunConfig:
     """``cfg`` with what depends on the model settled (``long_text=auto`` -> how the model was fine-tuned),
     so the identity of a run and its manifest say what was done."""
     return replace(cfg, long_text=resolve_mode(cfg.long_text, cfg.model))
-
-
-def source_state(name: str, nested: bool = True, outside: str | None = None) -> str | None:
-    """sha256 of what a local file or folder holds now (each file's absolute path, size and
-    modification time; ``nested``: the folder's subfolders too, less anything under ``outside``),
-    None for a name that is neither (a Hub id). A model fine-tuned again in place, or a corpus file
-    rewritten under the same name, changes it."""
-    path = Path(name).expanduser()
-    if path.is_file():
-        files = [path]
-    elif path.is_dir():
-        found = path.rglob("*") if nested else path.iterdir()
-        skip = Path(outside).expanduser().resolve() if outside else None
-        files = sorted(f for f in found if f.is_file() and not (skip and skip in f.resolve().parents))
-    else:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        stat = file.stat()
-        digest.update(f"{file.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 def open_writer(cfg: RunConfig, run_id: str) -> RunWriter:

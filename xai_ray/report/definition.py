@@ -6,10 +6,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import yaml
-
-from xai_ray.config import ConfigError
-from xai_ray.keys import plain_yaml, yaml_problem
+from xai_ray.config import ConfigError, read_yaml
 from xai_ray.query import wordstats
 
 # Every section a definition may name, in the default order (report.sections.BUILDERS has one builder each).
@@ -47,11 +44,7 @@ def load_definition(path: str | Path | None = None) -> dict:
     """The report definition at ``path`` (default: reports/default.yaml) over ``DEFAULTS``, checked."""
     definition = copy.deepcopy(DEFAULTS)
     source = Path(path) if path else DEFAULT_DEFINITION
-    if path and not source.is_file():
-        raise ConfigError(f"report definition {str(path)!r} does not exist")
-    given = _read(source) if source.is_file() else {}
-    if not isinstance(given, dict):
-        raise ConfigError(f"report definition {str(source)!r} must be a mapping of keys to values")
+    given = read_yaml(source, "report definition") if path or source.is_file() else {}
     for key, value in given.items():
         if key not in DEFAULTS:
             raise ConfigError(f"report definition: unknown key {key!r}; known: {', '.join(DEFAULTS)}")
@@ -70,21 +63,6 @@ MAX_K = 1000  # words per chart, as `report --k` takes them
 
 def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is no count
-
-
-def _read(source: Path):
-    """The definition file's YAML, plain values only (``config.plain_yaml``), or one ConfigError."""
-    raw = source.read_bytes()
-    try:
-        return plain_yaml(raw.decode("utf-8")) or {}
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"report definition {str(source)!r} is not UTF-8 text: byte 0x{raw[err.start]:02x} at byte {err.start}"
-        ) from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"report definition {str(source)!r} is not valid YAML: {yaml_problem(err)}") from None
-    except RecursionError:
-        raise ConfigError(f"report definition {str(source)!r} nests lists or mappings too deeply") from None
 
 
 def _check(d: dict) -> None:

@@ -39,7 +39,7 @@ class StagingError(RuntimeError):
     """Staging cannot be used as asked; the message says why (``store`` turns it into a StoreError)."""
 
 
-# Identity keys of what a run reads rather than of its settings (``pipeline.writing.source_state``)
+# Identity keys of what a run reads rather than of its settings (``pipeline.pool.source_state``)
 CONTENT_KEYS = {"model_files": "model folder", "data_files": "corpus files"}
 
 
