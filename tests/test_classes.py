@@ -108,7 +108,9 @@ def test_encoders_through_the_interface_are_accepted(tiny_model_factory, family)
     from xai_ray.model import capture, loading
 
     assert loading.CAPTURE == capture.CAPTURE
-    loaded = load_model(tiny_model_factory(family))  # the probe forward reached the capture once per layer
+    for lean in (True, False):  # the probe forward reached the capture once per layer, on both paths
+        loaded = load_model(tiny_model_factory(family), lean=lean)
+        assert type(loaded.model).__name__ == ("SequenceClassifier" if lean else loaded.model.config.architectures[0])
     assert type(loaded.model).is_backend_compatible()
 
 

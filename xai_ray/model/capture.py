@@ -8,7 +8,9 @@ blocks whose per-head probabilities die at once. Peak memory then no longer grow
 and only the fused matrices of the L layers leave the forward pass.
 
 A custom attention name also needs a mask function registered (AttentionMaskInterface):
-without one transformers passes no mask and padding would be silently attended.
+without one transformers passes no mask and padding would be silently attended. Both are
+registered by ``register`` (``loading.load_model`` calls it), so importing this module imports
+no transformers: the plain-torch classifiers (``encoders``) call ``capture_attention`` themselves.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ import contextvars
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from xai_ray.model import attention_gradients, encoder_norms, relevance, value_norms
 from xai_ray.model.attention_record import attention_of
@@ -236,8 +236,14 @@ def _attend_and_fuse_batched(query, key, value, scaling, collector, output, norm
     return fused.masked_fill_(~real_rows, 0.0)
 
 
-AttentionInterface.register(CAPTURE, capture_attention)
-AttentionMaskInterface.register(CAPTURE, eager_mask)
+def register() -> None:
+    """Make "xai_capture" an attention implementation transformers' models can be built with
+    (``loading.load_model``); the plain-torch classifiers (``encoders``) call the function directly."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(CAPTURE, capture_attention)
+    AttentionMaskInterface.register(CAPTURE, eager_mask)
 
 
 @torch.inference_mode()

@@ -68,12 +68,61 @@ def load_model(
     seed: int = 0,
     attn_implementation: str = CAPTURE,
     device: str = "cpu",
+    lean: bool = True,
 ) -> LoadedModel:
+    """The classifier, its tokenizer and its description. A local BERT, RoBERTa or DistilBERT
+    folder loads into the plain-torch classes of ``encoders`` (``lean``; no transformers model
+    code imported: an actor's start), anything else through transformers."""
+    plain = lean and attn_implementation == CAPTURE and not trust_remote_code
+    found = _load_lean(name, num_labels, allow_pickle, seed, device) if plain else None
+    if found is None:
+        found = _load_transformers(name, num_labels, allow_pickle, trust_remote_code, seed, attn_implementation, device)
+    path, model, tokenizer = found
+    record_attention(model, attn_implementation)
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelError(f"model {name!r} has no fast tokenizer; word alignment needs word ids")
+    text_only(tokenizer)
+    n_layers = _n_layers(model.config)
+    if attn_implementation == CAPTURE:
+        _check_capture(name, model, tokenizer, n_layers)
+    info = {
+        "name": name,
+        "path": path,
+        "model_type": model.config.model_type,
+        "n_layers": n_layers,
+        "n_heads": _n_heads(model.config),
+        "labels": {int(k): v for k, v in model.config.id2label.items()},
+        "fingerprint": fingerprint(model),
+        "allow_pickle": allow_pickle,
+        "trust_remote_code": trust_remote_code,
+    }
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+
+
+def _load_lean(name: str, num_labels, allow_pickle: bool, seed: int, device: str):
+    """(path, model, tokenizer) from ``lean`` for a local folder it reproduces exactly, else None.
+    The folder passes the same checks first (``check_folder``: code, weights, tokenizer files)."""
+    from xai_ray.model.encoders import EncoderConfig
+    from xai_ray.model.lean import lean_fields, load_lean
+
+    path = resolve_model_path(name)
+    fields = lean_fields(path) if Path(path).is_dir() else None
+    if fields is None:  # transformers' path reads and refuses it, in its own order
+        return None
+    check_folder(Path(path), allow_pickle, trust_remote_code=False)
+    labels = label_names(EncoderConfig(fields), num_labels)  # the checkpoint's own classes unless told otherwise
+    loaded = load_lean(path, fields, labels, seed, device)
+    return None if loaded is None else (path, *loaded)
+
+
+def _load_transformers(name, num_labels, allow_pickle, trust_remote_code, seed, attn_implementation, device):
+    """(path, model, tokenizer) through transformers' Auto classes."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    import xai_ray.model.capture  # noqa: F401  (registers the "xai_capture" attention function and its mask)
+    from xai_ray.model import capture
 
+    capture.register()  # the "xai_capture" attention function and its mask, by name
     path, config = read_model_config(name, allow_pickle, trust_remote_code)
     labels = label_names(config, num_labels)  # the checkpoint's own classes unless told otherwise
     torch.manual_seed(seed)  # a missing classifier head is initialised the same way every run
@@ -92,25 +141,9 @@ def load_model(
     except (OSError, RuntimeError, ValueError) as err:  # what transformers raises for weights it cannot use
         raise ModelError(_unloadable(name, err)) from None
     model.eval().to(device)
-    record_attention(model, attn_implementation)
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    if not getattr(tokenizer, "is_fast", False):
-        raise ModelError(f"model {name!r} has no fast tokenizer; word alignment needs word ids")
-    text_only(tokenizer)
-    if attn_implementation == CAPTURE:
-        _check_capture(name, model, tokenizer, _n_layers(config))
-    info = {
-        "name": name,
-        "path": path,
-        "model_type": config.model_type,
-        "n_layers": _n_layers(config),
-        "n_heads": _n_heads(config),
-        "labels": {int(k): v for k, v in model.config.id2label.items()},
-        "fingerprint": fingerprint(model),
-        "allow_pickle": allow_pickle,
-        "trust_remote_code": trust_remote_code,
-    }
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+    if attn_implementation == CAPTURE and not type(model).is_backend_compatible():
+        raise ModelError(REFUSED.format(name=name, kind=type(model).__name__))
+    return path, model, AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
 
 
 def _unloadable(name: str, err: Exception) -> str:
@@ -273,12 +306,10 @@ def _decoder_only(config) -> bool:
 
 
 def _check_capture(name: str, model, tokenizer, n_layers: int) -> None:
-    """The loaded class must route attention through the interface (remote code is checked only
-    here), and a probe forward of a few tokens must reach the capture once per layer."""
+    """A probe forward of a few tokens must reach the capture once per layer (a transformers
+    class's own flag is read as it loads: ``_load_transformers``)."""
     from xai_ray.model.capture import forward_with_attention
 
-    if not type(model).is_backend_compatible():
-        raise ModelError(REFUSED.format(name=name, kind=type(model).__name__))
     probe = tokenizer(["a probe"], return_tensors="pt").to(model.device)
     try:
         _, fused = forward_with_attention(model, dict(probe))

@@ -1,0 +1,135 @@
+"""The plain-torch classifiers (``model.encoders``, loaded by ``model.lean``) against transformers'
+own classes on the same folders: the same weights and fingerprint, the same tokens, the same
+scores for every method, and an actor that never imports transformers' model code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xai_ray.methods import REGISTRY
+from xai_ray.model.loading import load_model
+
+FAMILIES = ["bert", "distilbert", "roberta"]
+TEXTS = [
+    "A good film, with a <br /> bad ending... really!",
+    "bad",
+    "It's the best [SEP] movie <s> I've seen in years; the acting was superb and the plot moved.",
+    "   spaced   out \u00e9t\u00e9 caf\u00e9 na\u00efve",
+]
+
+
+def both(folder: str, **kwargs):
+    return load_model(folder, **kwargs), load_model(folder, lean=False, **kwargs)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_lean_classifier_holds_transformers_weights_names_and_fingerprint(tiny_model_factory, family):
+    lean, full = both(tiny_model_factory(family))
+    assert type(lean.model).__name__ == "SequenceClassifier"
+    assert type(full.model).__name__ != "SequenceClassifier"
+    assert lean.info == full.info  # the fingerprint hashes every parameter by name
+    lean_state, full_state = lean.model.state_dict(), full.model.state_dict()
+    assert sorted(lean_state) == sorted(full_state)
+    assert all(np.array_equal(lean_state[k].numpy(), full_state[k].numpy()) for k in full_state)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_lean_tokenizer_encodes_as_the_family_class(tiny_model_factory, family):
+    lean, full = both(tiny_model_factory(family))
+    assert lean.tokenizer.model_input_names == full.tokenizer.model_input_names
+    assert lean.tokenizer.all_special_ids == full.tokenizer.all_special_ids
+    assert lean.tokenizer.model_max_length == full.tokenizer.model_max_length
+    options = {"truncation": True, "max_length": 24, "padding": True, "return_offsets_mapping": True}
+    a, b = lean.tokenizer(TEXTS, **options), full.tokenizer(TEXTS, **options)
+    assert a.keys() == b.keys() and all(a[k] == b[k] for k in b)
+    assert [a.word_ids(i) for i in range(len(TEXTS))] == [b.word_ids(i) for i in range(len(TEXTS))]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_method_scores_the_same_on_both_classes(tiny_model_factory, family):
+    """The whole scorer on a padded batch (RoBERTa's positions count real tokens only), every
+    registered method: lean against transformers, to float32 rounding."""
+    from xai_ray.scoring.actor import Scorer
+
+    lean, full = both(tiny_model_factory(family))
+    config = {"model": tiny_model_factory(family), "max_length": 32, "methods": sorted(REGISTRY), "ig_steps": 4}
+    batch = {"doc_id": [f"d{i}" for i in range(len(TEXTS))], "text": TEXTS, "label": [1, 0, 1, 0]}
+    a = Scorer(config, loaded=lean)(batch).to_pylist()
+    b = Scorer(config, loaded=full)(batch).to_pylist()
+    assert [row["error"] for row in a] == [row["error"] for row in b] == [None] * len(TEXTS)
+    for row_a, row_b in zip(a, b):
+        for key, value in row_b.items():
+            if key in ("seconds", "pid"):  # how long it took, and where
+                continue
+            if isinstance(value, float) or (isinstance(value, list) and value and isinstance(value[0], float)):
+                np.testing.assert_allclose(row_a[key], value, rtol=1e-4, atol=1e-5, err_msg=key)
+            else:
+                assert row_a[key] == value, key
+
+
+def test_the_packaged_minilm_loads_lean_with_the_same_seeded_head():
+    """Its checkpoint has no classifier: the lean path draws it as transformers does."""
+    import torch
+
+    lean, full = both("minilm", seed=3)
+    assert type(lean.model).__name__ == "SequenceClassifier" and lean.info == full.info
+    encoding = dict(full.tokenizer(TEXTS, padding=True, return_tensors="pt"))
+    with torch.inference_mode():
+        assert torch.equal(lean.model(**encoding).logits, full.model(**encoding).logits)
+    assert load_model("minilm", seed=4).info["fingerprint"] != lean.info["fingerprint"]
+
+
+def _rewrite(folder: str, target: Path, change: dict) -> str:
+    import shutil
+
+    shutil.copytree(folder, target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, **change}))
+    return str(target)
+
+
+@pytest.mark.parametrize(
+    "family, change",
+    [
+        ("bert", {"hidden_act": "gelu_new"}),  # an activation the lean classes do not reproduce bit for bit
+        ("bert", {"position_embedding_type": "relative_key"}),
+        ("distilbert", {"sinusoidal_pos_embds": True}),
+    ],
+)
+def test_a_folder_the_lean_classes_do_not_reproduce_loads_through_transformers(
+    tiny_model_factory, tmp_path, family, change
+):
+    folder = _rewrite(tiny_model_factory(family), tmp_path / "m", change)
+    loaded = load_model(folder)
+    assert type(loaded.model).__name__ != "SequenceClassifier"
+
+
+def test_a_checkpoint_missing_more_than_the_last_layer_loads_through_transformers(tiny_model_factory, tmp_path):
+    """A DistilBERT base checkpoint lacks pre_classifier and classifier: transformers draws both."""
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(_rewrite(tiny_model_factory("distilbert"), tmp_path / "m", {}))
+    weights = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if "classifier" not in k}, folder / "model.safetensors")
+    assert type(load_model(str(folder)).model).__name__ != "SequenceClassifier"
+
+
+def test_an_actor_scoring_minilm_never_imports_transformers_model_code():
+    """What the lean path is for: the actor's start (bench/README.md)."""
+    code = (
+        "import sys\n"
+        "from xai_ray.scoring.actor import Scorer\n"
+        "rows = Scorer({'model': 'minilm', 'max_length': 64, 'methods': ['raw', 'rollout', 'grad_rollout']})"
+        "({'doc_id': ['a'], 'text': ['a fine film'], 'label': [1]})\n"
+        "assert rows.column('error').to_pylist() == [None]\n"
+        "print(sorted(m for m in sys.modules if m.startswith('transformers.models') or m == 'transformers.modeling_utils'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

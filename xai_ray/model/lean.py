@@ -1,0 +1,100 @@
+"""Loading a local BERT, RoBERTa or DistilBERT classifier without transformers' model classes.
+
+A scoring actor that imports transformers' modeling code spends most of its start there (2 s of
+CPU on the 2-core machine, 8-10 s on a GPU machine: ``encoders``). ``load_lean`` builds the
+plain-torch classifier of ``encoders`` from the folder's config.json and model.safetensors, and
+its tokenizer from tokenizer.json alone, when the folder is one these classes reproduce exactly:
+a plain family, a known activation, absolute positions, one safetensors file, and every weight
+present except at most the classifier's last linear layer (initialised as transformers does: the
+same draw from the seeded generator). Anything else returns None and goes through transformers
+(``loading.load_model``); tests hold the two paths to the same weights, fingerprint and scores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from xai_ray.model.files import SAFE_WEIGHTS
+
+FAMILIES = {"bert", "roberta", "distilbert"}
+FAMILY_INPUTS = {
+    "bert": ["input_ids", "token_type_ids", "attention_mask"],
+    "roberta": ["input_ids", "attention_mask"],
+    "distilbert": ["input_ids", "attention_mask"],
+}
+SEEDED_HEAD = {"classifier.weight", "classifier.bias"}  # the one missing layer drawn as transformers draws it
+
+
+def lean_fields(path: str) -> dict | None:
+    """config.json's fields when the folder can be loaded by ``encoders``, else None."""
+    from xai_ray.model.encoders import ACTIVATIONS
+
+    folder = Path(path)
+    if not (folder / SAFE_WEIGHTS).is_file() or not (folder / "tokenizer.json").is_file():
+        return None
+    try:
+        fields = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    kind = fields.get("model_type")
+    act = fields.get("activation" if kind == "distilbert" else "hidden_act")
+    plain = (
+        kind in FAMILIES
+        and act in ACTIVATIONS
+        and fields.get("position_embedding_type", "absolute") == "absolute"
+        and not fields.get("is_decoder")
+        and not fields.get("add_cross_attention")
+        and not fields.get("sinusoidal_pos_embds")
+        and "auto_map" not in fields
+    )
+    return fields if plain else None
+
+
+def load_lean(path: str, fields: dict, labels: dict[int, str], seed: int, device: str):
+    """(model, tokenizer) of ``encoders`` for the folder with these classes (``loading.label_names``),
+    or None where its weights do not fit the classes exactly (transformers then loads it and names
+    what is wrong)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from xai_ray.model.encoders import EncoderConfig, SequenceClassifier
+
+    config = EncoderConfig(fields)
+    config.id2label, config.label2id, config.num_labels = labels, {v: k for k, v in labels.items()}, len(labels)
+    try:
+        model = SequenceClassifier(config)  # uninitialised: every value comes from the file or the draw below
+    except (AttributeError, TypeError, ValueError, KeyError):  # a field these classes need is missing
+        return None
+    stored = _prefixed(load_file(str(Path(path) / SAFE_WEIGHTS)), model.prefix)
+    expected = model.state_dict()
+    missing = set(expected) - set(stored)
+    if not missing <= SEEDED_HEAD or model.prefix == "roberta" and missing:
+        return None
+    if any(stored[key].shape != tensor.shape for key, tensor in expected.items() if key in stored):
+        return None
+    with torch.no_grad():
+        if missing:  # the untrained head, as transformers draws it after load_model seeds the generator
+            torch.manual_seed(seed)
+            model.classifier.weight.normal_(mean=0.0, std=config.initializer_range)
+            model.classifier.bias.zero_()
+        model.load_state_dict({k: v.to(torch.float32) for k, v in stored.items() if k in expected}, strict=False)
+    model.eval().to(device)
+    return model, _tokenizer(path, config.model_type)
+
+
+def _prefixed(stored: dict, prefix: str) -> dict:
+    """A base model's checkpoint (``embeddings.…``) under the classifier's prefix (``bert.embeddings.…``)."""
+    if any(key.startswith(prefix + ".") for key in stored):
+        return stored
+    return {f"{prefix}.{key}": tensor for key, tensor in stored.items()}
+
+
+def _tokenizer(path: str, model_type: str):
+    """The folder's tokenizer.json through transformers' generic fast tokenizer (no model code
+    imported), taking the inputs its family's class takes."""
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    tokenizer = TokenizersBackend.from_pretrained(path)
+    tokenizer.model_input_names = list(FAMILY_INPUTS[model_type])
+    return tokenizer
