@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from xai_ray.methods import REGISTRY
+from xai_ray.model.files import ModelError
 from xai_ray.model.loading import load_model
 
 FAMILIES = ["bert", "distilbert", "roberta"]
@@ -73,6 +74,62 @@ def test_every_method_scores_the_same_on_both_classes(tiny_model_factory, family
                 assert row_a[key] == value, key
 
 
+def _edit_json(file: Path, change: dict | None) -> None:
+    """Merge ``change`` into the JSON file, or (None) remove the file."""
+    if change is None:
+        file.unlink()
+    else:
+        file.write_text(json.dumps({**json.loads(file.read_text()), **change}))
+
+
+@pytest.mark.parametrize(
+    "family, file, change",
+    [
+        ("bert", "tokenizer_config.json", {"do_lower_case": False}),  # the family's class rebuilds its normaliser
+        ("distilbert", "tokenizer_config.json", {"do_lower_case": False}),
+        ("roberta", "tokenizer_config.json", {"add_prefix_space": True}),
+        ("bert", "tokenizer_config.json", None),  # the family's special tokens all the same
+        ("roberta", "tokenizer_config.json", None),
+        ("bert", "tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast"}),
+    ],
+)
+def test_the_tokenizer_is_the_one_autotokenizer_builds_from_the_folders_settings(
+    tiny_model_factory, tmp_path, family, file, change
+):
+    import torch
+
+    folder = Path(_rewrite(tiny_model_factory(family), tmp_path / "m", {}))
+    _edit_json(folder / file, change)
+    lean, full = both(str(folder))
+    assert type(lean.model).__name__ == "SequenceClassifier"
+    assert type(lean.tokenizer) is type(full.tokenizer)
+    assert lean.tokenizer.all_special_ids == full.tokenizer.all_special_ids
+    a, b = (side.tokenizer(TEXTS, padding=True, return_tensors="pt") for side in (lean, full))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b)
+    with torch.inference_mode():
+        assert torch.equal(lean.model(**dict(b)).logits, full.model(**dict(b)).logits)
+
+
+def test_a_checkpoint_saved_without_the_encoders_prefix_keeps_its_trained_head(tiny_model_factory, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(_rewrite(tiny_model_factory("bert"), tmp_path / "m", {}))
+    weights = load_file(folder / "model.safetensors")
+    save_file({k.removeprefix("bert."): v for k, v in weights.items()}, folder / "model.safetensors")
+    lean, full = both(str(folder))
+    assert type(lean.model).__name__ == "SequenceClassifier" and lean.info == full.info
+    assert np.array_equal(lean.model.classifier.weight.detach().numpy(), weights["classifier.weight"].numpy())
+
+
+def test_the_lean_forward_refuses_what_it_would_ignore(tiny_model_factory):
+    import torch
+
+    lean = load_model(tiny_model_factory("bert"))
+    encoding = dict(lean.tokenizer(TEXTS[:1], return_tensors="pt"))
+    with pytest.raises(TypeError, match="position_ids"):
+        lean.model(**encoding, position_ids=torch.zeros_like(encoding["input_ids"]))
+
+
 def test_the_packaged_minilm_loads_lean_with_the_same_seeded_head():
     """Its checkpoint has no classifier: the lean path draws it as transformers does."""
     import torch
@@ -110,6 +167,27 @@ def test_a_folder_the_lean_classes_do_not_reproduce_loads_through_transformers(
     assert type(loaded.model).__name__ != "SequenceClassifier"
 
 
+@pytest.mark.parametrize(
+    "family, change",
+    [
+        ("bert", {"num_attention_heads": 3}),
+        ("bert", {"num_attention_heads": 32}),
+        ("bert", {"hidden_size": None}),
+        ("roberta", {"pad_token_id": 1.5}),  # RoBERTa's positions count from its padding id
+    ],
+)
+def test_sizes_the_lean_classes_cannot_build_get_transformers_refusal(tiny_model_factory, tmp_path, family, change):
+    folder = _rewrite(tiny_model_factory(family), tmp_path / "m", change)
+    with pytest.raises(ModelError, match="cannot be (loaded|read)"):
+        load_model(folder)
+
+
+def test_a_regression_head_is_refused_naming_the_folder(tiny_model_factory, tmp_path):
+    folder = _rewrite(tiny_model_factory("bert"), tmp_path / "m", {"problem_type": "regression"})
+    with pytest.raises(ModelError, match=f"model {folder!r} has a single output"):
+        load_model(folder)
+
+
 def test_a_checkpoint_missing_more_than_the_last_layer_loads_through_transformers(tiny_model_factory, tmp_path):
     """A DistilBERT base checkpoint lacks pre_classifier and classifier: transformers draws both."""
     from safetensors.torch import load_file, save_file
@@ -128,7 +206,7 @@ def test_an_actor_scoring_minilm_never_imports_transformers_model_code():
         "rows = Scorer({'model': 'minilm', 'max_length': 64, 'methods': ['raw', 'rollout', 'grad_rollout']})"
         "({'doc_id': ['a'], 'text': ['a fine film'], 'label': [1]})\n"
         "assert rows.column('error').to_pylist() == [None]\n"
-        "print(sorted(m for m in sys.modules if m.startswith('transformers.models') or m == 'transformers.modeling_utils'))\n"
+        "print(sorted(m for m in sys.modules if m == 'transformers.modeling_utils' or '.modeling_' in m))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

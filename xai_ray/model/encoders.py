@@ -317,7 +317,11 @@ class SequenceClassifier(nn.Module):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.base_model.embeddings.word_embeddings
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None, **unused) -> Output:
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None, output_attentions=False
+    ) -> Output:
+        """Another keyword transformers' classes take (``position_ids``, ``labels``...) is refused
+        by Python rather than ignored."""
         hidden = self.base_model(input_ids, attention_mask, token_type_ids, inputs_embeds)  # (B, n, D)
         if self.prefix == "distilbert":
             return Output(self.classifier(torch.relu(self.pre_classifier(hidden[:, 0]))))  # (B, C)

@@ -18,11 +18,16 @@ from pathlib import Path
 from xai_ray.model.files import SAFE_WEIGHTS
 
 FAMILIES = {"bert", "roberta", "distilbert"}
-FAMILY_INPUTS = {
-    "bert": ["input_ids", "token_type_ids", "attention_mask"],
-    "roberta": ["input_ids", "attention_mask"],
-    "distilbert": ["input_ids", "attention_mask"],
+SIZES = {  # the whole numbers each family's classes are built from
+    "bert": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
+    "distilbert": ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim"),
 }
+# The tokenizer AutoTokenizer builds, by tokenizer_config.json's tokenizer_class: a family's own
+# class rebuilds its normaliser, pre-tokenizer and special-token template from its settings
+# (do_lower_case, add_prefix_space), not from tokenizer.json; the generic one reads tokenizer.json.
+FAMILY_TOKENIZER = {"bert": "BertTokenizer", "roberta": "RobertaTokenizer", "distilbert": "DistilBertTokenizer"}
+TOKENIZERS = {name + fast: family for family, name in FAMILY_TOKENIZER.items() for fast in ("", "Fast")}
+GENERIC_TOKENIZERS = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 SEEDED_HEAD = {"classifier.weight", "classifier.bias"}  # the one missing layer drawn as transformers draws it
 
 
@@ -39,8 +44,13 @@ def lean_fields(path: str) -> dict | None:
         return None
     kind = fields.get("model_type")
     act = fields.get("activation" if kind == "distilbert" else "hidden_act")
+    sizes = [fields.get(key) for key in (*SIZES.get(kind, SIZES["bert"]), "max_position_embeddings")]
+    whole = all(isinstance(size, int) and not isinstance(size, bool) and size > 0 for size in sizes)
     plain = (
         kind in FAMILIES
+        and whole
+        and sizes[1] % sizes[3] == 0  # heads divide the hidden size (transformers refuses the rest)
+        and (kind != "roberta" or isinstance(fields.get("pad_token_id"), int))  # positions count from it
         and act in ACTIVATIONS
         and fields.get("position_embedding_type", "absolute") == "absolute"
         and not fields.get("is_decoder")
@@ -64,10 +74,10 @@ def load_lean(path: str, fields: dict, labels: dict[int, str], seed: int, device
     config.id2label, config.label2id, config.num_labels = labels, {v: k for k, v in labels.items()}, len(labels)
     try:
         model = SequenceClassifier(config)  # uninitialised: every value comes from the file or the draw below
-    except (AttributeError, TypeError, ValueError, KeyError):  # a field these classes need is missing
+    except (AttributeError, TypeError, ValueError, KeyError, ZeroDivisionError):  # a field they need is off
         return None
-    stored = _prefixed(load_file(str(Path(path) / SAFE_WEIGHTS)), model.prefix)
     expected = model.state_dict()
+    stored = _prefixed(load_file(str(Path(path) / SAFE_WEIGHTS)), model.prefix, expected)
     missing = set(expected) - set(stored)
     if not missing <= SEEDED_HEAD or model.prefix == "roberta" and missing:
         return None
@@ -83,18 +93,31 @@ def load_lean(path: str, fields: dict, labels: dict[int, str], seed: int, device
     return model, _tokenizer(path, config.model_type)
 
 
-def _prefixed(stored: dict, prefix: str) -> dict:
-    """A base model's checkpoint (``embeddings.…``) under the classifier's prefix (``bert.embeddings.…``)."""
+def _prefixed(stored: dict, prefix: str, expected: dict) -> dict:
+    """A checkpoint saved without the encoder's prefix (``embeddings.…``, as a base model saves it)
+    with its encoder keys under it (``bert.embeddings.…``); the head's own keys stay as they are."""
     if any(key.startswith(prefix + ".") for key in stored):
         return stored
-    return {f"{prefix}.{key}": tensor for key, tensor in stored.items()}
+    return {f"{prefix}.{key}" if f"{prefix}.{key}" in expected else key: tensor for key, tensor in stored.items()}
 
 
 def _tokenizer(path: str, model_type: str):
-    """The folder's tokenizer.json through transformers' generic fast tokenizer (no model code
-    imported), taking the inputs its family's class takes."""
-    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    """The tokenizer AutoTokenizer would build for the folder (tokenizer_config.json's class, else
+    the family's), imported alone: AutoTokenizer's own import costs another second. A class named
+    there that is not one of these is left to AutoTokenizer."""
+    import importlib
 
-    tokenizer = TokenizersBackend.from_pretrained(path)
-    tokenizer.model_input_names = list(FAMILY_INPUTS[model_type])
-    return tokenizer
+    try:
+        named = json.loads((Path(path) / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):  # none, or not an object: the family's class, as AutoTokenizer
+        named = None
+    named = named if isinstance(named, str) and named else FAMILY_TOKENIZER[model_type]
+    if named in GENERIC_TOKENIZERS:
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend as chosen
+    elif named in TOKENIZERS:
+        family = TOKENIZERS[named]
+        module = importlib.import_module(f"transformers.models.{family}.tokenization_{family}")
+        chosen = getattr(module, named.removesuffix("Fast"))
+    else:
+        from transformers import AutoTokenizer as chosen
+    return chosen.from_pretrained(path)

@@ -14,6 +14,12 @@ class (remote code) before any batch; then a probe forward checks that every lay
 capture. DeBERTa(-v2), MPNet, Longformer and others compute attention in their own code and
 are refused in one sentence. Decoders (a causal-LM class and no masked-LM one) are refused too.
 
+Which code: a local BERT, RoBERTa or DistilBERT folder that the plain-torch classes of
+``encoders`` reproduce exactly (``lean``) is loaded into them, without importing transformers'
+model code (most of a scoring actor's start); every other model, and every call that asks for
+another attention implementation or ``lean=False``, goes through transformers. Both give the
+same weights, fingerprint and scores (``tests/test_lean_encoders.py``).
+
 Classes: the checkpoint's own count and names (``config.id2label``); a head with only
 ``LABEL_i`` placeholders and two classes is named negative/positive (the packaged MiniLM's
 untrained head; IMDB), other placeholders stay as the model names them.
@@ -110,7 +116,7 @@ def _load_lean(name: str, num_labels, allow_pickle: bool, seed: int, device: str
     if fields is None:  # transformers' path reads and refuses it, in its own order
         return None
     check_folder(Path(path), allow_pickle, trust_remote_code=False)
-    labels = label_names(EncoderConfig(fields), num_labels)  # the checkpoint's own classes unless told otherwise
+    labels = label_names(EncoderConfig({**fields, "name_or_path": path}), num_labels)  # its own unless told
     loaded = load_lean(path, fields, labels, seed, device)
     return None if loaded is None else (path, *loaded)
 

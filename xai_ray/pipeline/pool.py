@@ -56,7 +56,8 @@ class ScorerHost:
         ready = time.time()
         self.loaded = load_model(**identity, device=device)
         # Where this actor's start went (the manifest's timings.actor_start): on an H100 four GPU
-        # actors took about 15 s to score their first batch of a 200-review run (bench/README).
+        # actors took about 15 s to score their first batch of a 200-review run, most of it
+        # importing transformers' model code, which a BERT-family folder now skips (model.lean).
         self.start_s = {
             "process": max(0.0, began - asked_at) if asked_at else None,  # Ray's worker start (one clock per node)
             "imports": imported - began,
@@ -284,7 +285,8 @@ def after_run() -> None:
 def start_timings() -> dict | None:
     """Where the current pool's actors spent their start, in seconds, the median over its actors:
     ``process`` (asked for until the constructor ran: Ray's worker start), ``imports`` (torch,
-    transformers), ``device`` (the CUDA context; 0 on CPU), ``model`` (weights read and moved);
+    the loader), ``device`` (the CUDA context; 0 on CPU), ``model`` (its code and tokenizer imported,
+    the weights read and moved);
     with ``actors`` and ``warm`` (started for an earlier run of this process). None without a pool
     or when an actor does not answer within seconds (the run's outputs never wait on this)."""
     pool = _pool.get("current")
