@@ -290,6 +290,17 @@ def scorer_factory(tiny_model_factory):
     return factory
 
 
+@pytest.fixture(autouse=True)
+def _ray_let_go():
+    """A command run in-process lets its Ray go on a thread (``runtime.release_if_done``) and
+    returns: that shutdown is waited for after the test, so the next module's ``ray.init`` never
+    finds Ray still going."""
+    yield
+    from xai_ray import runtime
+
+    runtime.wait_for_release()
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A local Ray cluster (2 CPUs, no dashboard) for one test module; joins one already started."""

@@ -5,6 +5,7 @@ scores for every method, and an actor that never imports transformers' model cod
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,7 +103,7 @@ def test_the_tokenizer_is_the_one_autotokenizer_builds_from_the_folders_settings
     _edit_json(folder / file, change)
     lean, full = both(str(folder))
     assert type(lean.model).__name__ == "SequenceClassifier"
-    assert type(lean.tokenizer) is type(full.tokenizer)
+    assert type(lean.tokenizer).__name__ == "LeanTokenizer"
     assert lean.tokenizer.all_special_ids == full.tokenizer.all_special_ids
     a, b = (side.tokenizer(TEXTS, padding=True, return_tensors="pt") for side in (lean, full))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in b)
@@ -198,16 +199,78 @@ def test_a_checkpoint_missing_more_than_the_last_layer_loads_through_transformer
     assert type(load_model(str(folder)).model).__name__ != "SequenceClassifier"
 
 
-def test_an_actor_scoring_minilm_never_imports_transformers_model_code():
-    """What the lean path is for: the actor's start (bench/README.md)."""
+def test_an_actor_scoring_minilm_imports_no_transformers_once_its_tokenizer_is_kept(tmp_path):
+    """What the lean path is for: the actor's start (bench/README.md). Its first start reads the
+    tokenizer through transformers' tokenizer class (never its model code) and keeps it; the next
+    imports nothing of transformers."""
     code = (
         "import sys\n"
         "from xai_ray.scoring.actor import Scorer\n"
         "rows = Scorer({'model': 'minilm', 'max_length': 64, 'methods': ['raw', 'rollout', 'grad_rollout']})"
         "({'doc_id': ['a'], 'text': ['a fine film'], 'label': [1]})\n"
         "assert rows.column('error').to_pylist() == [None]\n"
-        "print(sorted(m for m in sys.modules if m == 'transformers.modeling_utils' or '.modeling_' in m))\n"
+        "print(sorted(m for m in sys.modules if m == 'transformers' or '.modeling_' in m))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "[]"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    first, second = (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+        for _ in range(2)
+    )
+    assert first.returncode == second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
+    assert first.stdout.strip() == "['transformers']"  # the tokenizer's class, no model code
+    assert second.stdout.strip() == "[]"
+    assert len(list((tmp_path / "xai-ray" / "tokenizers").glob("*.json"))) == 1
+
+
+CALLS = [
+    {},
+    {"add_special_tokens": False},
+    {"add_special_tokens": False, "return_offsets_mapping": True},
+    {"truncation": True, "max_length": 9},
+    {"truncation": True, "max_length": 9, "padding": True, "return_offsets_mapping": True},
+    {"padding": True, "return_tensors": "pt"},
+]
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "minilm"])
+def test_the_kept_tokenizer_answers_every_call_as_transformers_class(tiny_model_factory, tmp_path, monkeypatch, family):
+    """A review alone or in a list, with every option the scorer and the explain page pass; the
+    state read on the first start (a miss) and read back on the next (a hit) alike."""
+    import torch
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = "minilm" if family == "minilm" else tiny_model_factory(family)
+    full = load_model(folder, lean=False).tokenizer
+    for attempt in ("miss", "hit"):
+        lean = load_model(folder).tokenizer
+        assert type(lean).__name__ == "LeanTokenizer", attempt
+        for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "all_special_ids"):
+            assert getattr(lean, name) == getattr(full, name), name
+        assert lean.model_max_length == full.model_max_length and len(lean) == len(full)
+        ids = full(TEXTS[2])["input_ids"]
+        assert lean.convert_ids_to_tokens(ids) == full.convert_ids_to_tokens(ids)
+        tokens = full.convert_ids_to_tokens(ids) + ["not-a-token-of-it"]
+        assert lean.convert_tokens_to_ids(tokens) == full.convert_tokens_to_ids(tokens)
+        for call in CALLS:
+            for text in (TEXTS[2], TEXTS, [""]):
+                if call.get("return_tensors") and isinstance(text, str):
+                    text = [text]
+                a, b = lean(text, **call), full(text, **call)
+                assert list(a.keys()) == list(b.keys()), call
+                for key in b:
+                    same = torch.equal(a[key], b[key]) if call.get("return_tensors") else a[key] == b[key]
+                    assert same, (attempt, call, key)
+                many = not isinstance(text, str)
+                assert [a.word_ids(i) for i in range(len(text) if many else 1)] == [
+                    b.word_ids(i) for i in range(len(text) if many else 1)
+                ]
+
+
+def test_an_unreadable_kept_tokenizer_is_read_again(tiny_model_factory, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tiny_model_factory("bert")
+    expected = load_model(folder).tokenizer(TEXTS)["input_ids"]
+    (kept,) = (tmp_path / "xai-ray" / "tokenizers").glob("*.json")
+    kept.write_text('{"backend": ')
+    assert load_model(folder).tokenizer(TEXTS)["input_ids"] == expected
+    assert json.loads(kept.read_text())["backend"]

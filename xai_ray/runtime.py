@@ -20,9 +20,7 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
     unless the workers' output is shown."""
     import ray
 
-    closing = _process.pop("closing", None)
-    if closing is not None:  # a one-run process's Ray is still shutting down: let it finish first
-        closing.join()
+    wait_for_release()  # a one-run process's Ray still shutting down: let it finish first
     if not ray.is_initialized():
         # Inside `ray job submit` or with RAY_ADDRESS this joins that cluster; else starts a local one.
         address = os.environ.get("RAY_ADDRESS")
@@ -130,6 +128,14 @@ def release_if_done() -> None:
     closing = threading.Thread(target=ray.shutdown, name="xai-ray-shutdown")  # not a daemon: joined at exit
     _process["closing"] = closing
     closing.start()
+
+
+def wait_for_release() -> None:
+    """Wait for the Ray shutdown ``release_if_done`` started, if any (a command run in-process,
+    as tests do, returns while its Ray is still going)."""
+    closing = _process.pop("closing", None)
+    if closing is not None:
+        closing.join()
 
 
 def _loopback_only() -> None:

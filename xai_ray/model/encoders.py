@@ -14,7 +14,8 @@ classifiers with transformers' module tree and parameter names, so that:
   and value, the additive mask and the scaling.
 
 Inference only: no dropout, no cache, absolute positions. ``loading.load_model`` decides when a
-folder qualifies (``lean_type``) and loads everything else through transformers.
+folder qualifies (``lean.lean_fields``) and loads everything else through transformers. Over 300
+lines: three families' classifiers, each module named as transformers names it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
-"""Loading a local BERT, RoBERTa or DistilBERT classifier without transformers' model classes.
+"""Loading a local BERT, RoBERTa or DistilBERT classifier without transformers.
 
 A scoring actor that imports transformers' modeling code spends most of its start there (2 s of
 CPU on the 2-core machine, 8-10 s on a GPU machine: ``encoders``). ``load_lean`` builds the
-plain-torch classifier of ``encoders`` from the folder's config.json and model.safetensors, and
-its tokenizer from tokenizer.json alone, when the folder is one these classes reproduce exactly:
-a plain family, a known activation, absolute positions, one safetensors file, and every weight
-present except at most the classifier's last linear layer (initialised as transformers does: the
-same draw from the seeded generator). Anything else returns None and goes through transformers
-(``loading.load_model``); tests hold the two paths to the same weights, fingerprint and scores.
+plain-torch classifier of ``encoders`` from the folder's config.json and model.safetensors when
+the folder is one these classes reproduce exactly: a plain family, a known activation, absolute
+positions, whole sizes, one safetensors file, and every weight present except at most the
+classifier's last linear layer (drawn as transformers draws it, from the seeded generator). Its
+tokenizer is the one AutoTokenizer builds, read once through that class and then kept
+(``lean_tokenizer``), so a later start imports nothing of transformers. Anything else returns
+None and goes through transformers (``loading.load_model``); tests hold the two paths to the
+same weights, fingerprint, tokens and scores (``tests/test_lean_encoders.py``).
 """
 
 from __future__ import annotations
@@ -102,6 +104,20 @@ def _prefixed(stored: dict, prefix: str, expected: dict) -> dict:
 
 
 def _tokenizer(path: str, model_type: str):
+    """The folder's tokenizer as ``LeanTokenizer`` (no transformers import) from the state kept by
+    an earlier start, else read through transformers once and kept (``lean_tokenizer``)."""
+    from xai_ray.model.lean_tokenizer import LeanTokenizer, keep_state, kept_state
+
+    state = kept_state(path, model_type)
+    if state is None:
+        tokenizer = _transformers_tokenizer(path, model_type)
+        state = keep_state(path, model_type, tokenizer)
+        if state is None:  # one LeanTokenizer does not reproduce: used as it is
+            return tokenizer
+    return LeanTokenizer(state)
+
+
+def _transformers_tokenizer(path: str, model_type: str):
     """The tokenizer AutoTokenizer would build for the folder (tokenizer_config.json's class, else
     the family's), imported alone: AutoTokenizer's own import costs another second. A class named
     there that is not one of these is left to AutoTokenizer."""

@@ -49,13 +49,12 @@ class Scorer:
     ``loaded``: the model already loaded for it (``pipeline.pool``: a warm actor keeps it between runs)."""
 
     def __init__(self, config: ScorerConfig | dict, loaded=None) -> None:
+        import sys
+
         import torch
-        import transformers
 
         from xai_ray.model.loading import label_names, load_model
 
-        transformers.logging.set_verbosity_error()
-        transformers.logging.disable_progress_bar()
         config = ScorerConfig.of(config)
         self.config = config
         torch.set_num_threads(max(1, int(config.run.cpus_per_actor or 1)))
@@ -68,6 +67,9 @@ class Scorer:
             device=self.device,
         )
         self.model, self.tokenizer, self.info = loaded.model, loaded.tokenizer, loaded.info
+        if "transformers" in sys.modules:  # a model or tokenizer of transformers: its warnings stay quiet
+            sys.modules["transformers"].logging.set_verbosity_error()
+            sys.modules["transformers"].logging.disable_progress_bar()
         self.tokenizer.padding_side = "right"  # per-document slices [:n] assume real tokens come first
         self.specials = segments.special_tokens(self.tokenizer)  # read once, not once a review
         self.token_budget = config.run.max_tokens_per_batch

@@ -120,6 +120,10 @@ def _encode_batch(tokenizer, texts: list[str]) -> list:
     directly, after one empty call through transformers has set its truncation, padding and
     special-token options as ``plan``'s call would: transformers' conversion of every encoding into
     Python lists of six fields costs as much as the encoding itself."""
+    from xai_ray.model.lean_tokenizer import LeanTokenizer
+
+    if isinstance(tokenizer, LeanTokenizer):  # its Rust tokenizer truncates and pads nothing between calls
+        return tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
     if isinstance(tokenizer, TokenizersBackend) and type(tokenizer)._encode_plus is TokenizersBackend._encode_plus:
