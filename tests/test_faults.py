@@ -249,6 +249,76 @@ def test_a_part_damaged_inside_is_one_sentence_in_every_command(tmp_path, batche
         assert len(said) == 1 and said[0].startswith("xai-ray: ") and "part-1.parquet" in said[0], said
 
 
+def test_a_stray_copy_of_a_part_is_not_read_as_more_rows(tmp_path, batches):
+    """A file manager's "part-0 (copy).parquet" beside the parts: no record names it, so the views
+    leave it out (it counted every document and token of that part twice); a run copied without
+    its records is still read whole."""
+    import shutil
+
+    writer = RunWriter(tmp_path, "r", METHODS)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x"})
+    count = "select (select count(*) from docs), (select count(*) from tokens), (select count(*) from words)"
+    before = open_store(tmp_path).execute(count).fetchone()
+    for folder in ("docs", "token_scores"):
+        shutil.copy(run / folder / "part-0.parquet", run / folder / "part-0 (copy).parquet")
+    assert open_store(tmp_path).execute(count).fetchone() == before
+    shutil.rmtree(run / "_parts")  # no records: every file is the run's
+    doubled = open_store(tmp_path).execute(count).fetchone()
+    assert doubled == tuple(2 * n for n in before)
+
+
+def test_a_damaged_kept_aggregate_is_computed_again(tmp_path):
+    """A kept aggregate is a cache of the run: one cut short reads as never kept (the report
+    computes it again) instead of a pyarrow traceback."""
+    import pandas as pd
+
+    from xai_ray.store.aggregates import read_aggregate, write_aggregate
+
+    (tmp_path / "runs" / "run_id=r").mkdir(parents=True)
+    kept = write_aggregate(tmp_path, "r", "report_topk_all", {"k": 3}, pd.DataFrame({"word": ["a"], "n": [1]}))
+    assert read_aggregate(tmp_path, "r", "report_topk_all", {"k": 3}).to_dict("list") == {"word": ["a"], "n": [1]}
+    kept.write_bytes(kept.read_bytes()[:40])
+    assert read_aggregate(tmp_path, "r", "report_topk_all", {"k": 3}) is None
+
+
+def test_a_part_whose_columns_are_not_its_records_is_one_sentence_in_sql(tmp_path, batches, capsys):
+    """The views cannot bind (a score column its record lists is gone): a sentence, not the last
+    line of a traceback."""
+    from xai_ray import cli
+
+    writer = RunWriter(tmp_path, "r", METHODS)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x", "config": {"methods": METHODS}})
+    part = run / "token_scores" / "part-0.parquet"
+    table = pq.read_table(part)
+    dropped = next(name for name in table.column_names if name.startswith("score:"))
+    pq.write_table(table.drop_columns([dropped]), part)
+    assert cli.main(["sql", "--store", str(tmp_path), "select count(*) from docs"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("xai-ray: DuckDB failed on the store (a damaged file?)"), said
+    assert dropped in said[0]
+
+
+def test_a_file_or_run_folder_named_in_other_bytes_than_utf8_is_left_out(tmp_path, batches):
+    """DuckDB cannot be handed such a name, and every query on the store failed naming none."""
+    import os
+    import shutil
+
+    writer = RunWriter(tmp_path, "r", METHODS)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x"})
+    count = "select (select count(*) from runs), (select count(*) from docs)"
+    before = open_store(tmp_path).execute(count).fetchone()
+    runs = os.fsencode(tmp_path / "runs")
+    shutil.copytree(run, os.fsdecode(runs + b"/run_id=\xff"))
+    shutil.copy(run / "docs" / "part-0.parquet", os.fsdecode(os.fsencode(run / "docs") + b"/\xfe.parquet"))
+    assert open_store(tmp_path).execute(count).fetchone() == before
+
+
 def test_a_resume_with_other_settings_is_refused(tmp_path, batches):
     writer = RunWriter(tmp_path, "r", METHODS, identity={"methods": METHODS, "max_length": 32}, part_rows=1)
     writer.write(batches[0])

@@ -244,7 +244,7 @@ def test_the_kept_tokenizer_answers_every_call_as_transformers_class(tiny_model_
     for attempt in ("miss", "hit"):
         lean = load_model(folder).tokenizer
         assert type(lean).__name__ == "LeanTokenizer", attempt
-        for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "all_special_ids"):
+        for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id", "all_special_ids", "cls_token"):
             assert getattr(lean, name) == getattr(full, name), name
         assert lean.model_max_length == full.model_max_length and len(lean) == len(full)
         ids = full(TEXTS[2])["input_ids"]

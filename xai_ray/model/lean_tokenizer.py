@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-RULES = 1  # the state's fields: a change here makes every kept state stale
+RULES = 2  # the state's fields: a change here makes every kept state stale
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -29,6 +29,13 @@ TOKENIZER_FILES = (
     "merges.txt",
 )
 ATTRIBUTES = (
+    "cls_token",
+    "sep_token",
+    "pad_token",
+    "bos_token",
+    "eos_token",
+    "mask_token",
+    "unk_token",
     "pad_token_id",
     "cls_token_id",
     "sep_token_id",
@@ -155,7 +162,8 @@ def keep_state(path: str, model_type: str, tokenizer) -> dict | None:
     class does not reproduce (no Rust tokenizer, padding on the left)."""
     if getattr(tokenizer, "backend_tokenizer", None) is None or getattr(tokenizer, "padding_side", "") != "right":
         return None
-    state = {"backend": tokenizer.backend_tokenizer.to_str(), **{k: getattr(tokenizer, k) for k in ATTRIBUTES}}
+    state = {"backend": tokenizer.backend_tokenizer.to_str(), **{k: getattr(tokenizer, k, None) for k in ATTRIBUTES}}
+    state.update({k: None if state[k] is None else str(state[k]) for k in ATTRIBUTES if k.endswith("_token")})
     state["model_input_names"] = list(state["model_input_names"])
     file = _cache_file(path, model_type)
     try:

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xai_ray.query.limits import Limits, QueryError
-from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
+from xai_ray.query.views import SOURCES, folder_files, recorded, run_layouts, view_sql
 from xai_ray.store import StoreError
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import RUNS
@@ -104,7 +104,7 @@ def _create_views(con, root: Path, runs: list[Path], tables, prefix: str) -> lis
         if table in SOURCES:
             files = {source.name: folder_files(root, layouts, source) for source in SOURCES[table]}
         else:
-            files = {table: _files(root, runs, table)}
+            files = {table: _files(root, layouts, table)}
         for name, found in files.items():
             readable += found
             if found and table not in SOURCES:
@@ -127,8 +127,13 @@ def _create_views(con, root: Path, runs: list[Path], tables, prefix: str) -> lis
     return list(dict.fromkeys(readable))  # layout 3's table serves both tokens and words
 
 
-def _files(root: Path, runs: list[Path], folder: str) -> list[str]:
-    return sorted(str(f) for run in runs for f in store_layout.store_files(root, run / folder, "*.parquet"))
+def _files(root: Path, runs: dict[Path, dict], folder: str) -> list[str]:
+    return sorted(
+        str(f)
+        for run, info in runs.items()
+        for f in store_layout.store_files(root, run / folder, "*.parquet")
+        if recorded(run, info, f)
+    )
 
 
 def lock_down(con, readable: list[str], limits: Limits | None = None) -> None:

@@ -155,7 +155,12 @@ def main() -> int:
     try:
         pa.set_cpu_count(limits.threads)
         pa.set_io_thread_count(limits.threads)
-        con = open_store(request["store"], limits=limits)
+        try:
+            con = open_store(request["store"], limits=limits)
+        except duckdb.Error as err:  # a part whose columns are not those its record lists: no view binds
+            return _refuse(
+                f"DuckDB failed on the store (a damaged file?): {(str(err).strip().splitlines() or ['?'])[0]}"
+            )
         _cap(process_cap(limits), limits)
         writer = None
         for batch in stream_arrow(con, request["query"], request["params"], None, BATCH_ROWS):

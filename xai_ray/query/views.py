@@ -131,7 +131,7 @@ def _groups(files: list[str], runs: dict[Path, dict], name: str) -> dict[tuple[b
             if not path.startswith(prefix):
                 continue
             part = info["parts"].get(path[len(prefix) :])
-            if part is None:  # no record: any part of the run may hold it, or not
+            if part is None:  # no record says what it holds (folder_files kept it): any slice, or none
                 groups.setdefault((False, name in info["shares"]), []).append(path)
             elif name in part[0]:
                 groups.setdefault((True, name in part[1]), []).append(path)
@@ -165,21 +165,36 @@ def part_columns(run: Path, version: int) -> dict[str, tuple[frozenset, frozense
             )
         try:
             described = (frozenset(record.get("slices") or []), frozenset(record.get("shares") or []))
-        except TypeError:
-            continue
+        except TypeError:  # its files are the run's, but what they hold is not said: read by name
+            described = None
         for name in record["files"]:
             found[str(name)] = described
     return found
 
 
 def folder_files(root: Path, runs: dict[Path, dict], source: Source) -> list[str]:
-    """The Parquet files of ``source``: its folder in the runs of its layouts."""
+    """The Parquet files of ``source``: its folder in the runs of its layouts (``recorded``)."""
     return sorted(
         str(f)
         for run, info in runs.items()
         if info["layout"] in source.layouts
         for f in store_layout.store_files(root, run / source.folder, "*.parquet")
+        if recorded(run, info, f)
     )
+
+
+RECORDED = {"docs", "token_scores", "tokens", "words"}  # folders every part of which a part record names
+EMPTY_PART = "part-empty.parquet"  # what publish writes into a table no part wrote to
+
+
+def recorded(run: Path, info: dict, file: Path) -> bool:
+    """Whether the views read ``file`` of ``run``: in a run whose part records name its files, a
+    file of a recorded folder that no record names is a stray copy (``part-0 (copy).parquet``,
+    left by a file manager) and would count its rows again; a run without records (copied
+    without ``_parts``) is read whole."""
+    relative = file.relative_to(run).as_posix()
+    folder = relative.split("/")[0]
+    return folder not in RECORDED or not info["parts"] or relative in info["parts"] or file.name == EMPTY_PART
 
 
 def manifest_slices(manifest: dict) -> list[tuple[str, int]]:

@@ -37,7 +37,10 @@ def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):
     path = aggregate_file(store, run_id, name)
     if not path.is_file() or not inside(store, path):  # a link is never read as a kept aggregate
         return None
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException):  # cut short or damaged: computed again, as if never kept
+        return None
     if (table.schema.metadata or {}).get(PARAMS_KEY, b"") != _tag(params):
         return None
     return table.to_pandas()

@@ -73,12 +73,22 @@ def is_published(store: str | Path, run_id: str) -> bool:
 
 
 def run_folders(store: str | Path) -> list[Path]:
-    """Folders of published runs, in no particular order (a linked run folder or manifest is none)."""
+    """Folders of published runs, in no particular order (a linked run folder or manifest is none,
+    nor is a name that is not UTF-8: no run id is one, and DuckDB cannot be handed it)."""
     return [
         folder
         for folder in runs_dir(store).glob(f"{RUN_PREFIX}*")
-        if (folder / MANIFEST).is_file() and inside(store, folder / MANIFEST)
+        if utf8(folder.name) and (folder / MANIFEST).is_file() and inside(store, folder / MANIFEST)
     ]
+
+
+def utf8(name: str) -> bool:
+    """Whether a file name read from the disk is UTF-8 (Python keeps other bytes as surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def inside(store: str | Path, path: str | Path) -> bool:
@@ -95,11 +105,14 @@ def inside(store: str | Path, path: str | Path) -> bool:
 
 def store_files(store: str | Path, folder: str | Path, pattern: str = "*") -> list[Path]:
     """The regular files under ``folder`` of ``store`` whose names match ``pattern``, sorted,
-    leaving out every symbolic link and all that lies below a linked folder."""
+    leaving out every symbolic link and all that lies below a linked folder, and names that are
+    not UTF-8 (no part is named so; one a record names is then reported missing)."""
     found, pending = [], [Path(folder)] if Path(folder).is_dir() and inside(store, folder) else []
     while pending:
         with os.scandir(pending.pop()) as entries:
             for entry in entries:  # the kind of the entry itself (from the listing: no stat per file)
+                if not utf8(entry.name):
+                    continue
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(Path(entry.path))
                 elif entry.is_file(follow_symlinks=False) and fnmatch.fnmatchcase(entry.name, pattern):
