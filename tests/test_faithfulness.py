@@ -396,7 +396,11 @@ def evaluated_store(tmp_path_factory, tiny_bert_dir):
     pd.DataFrame({"id": [f"t{i}" for i in range(len(texts))], "text": texts, "label": [1, 0] * 4}).to_parquet(
         root / "corpus.parquet"
     )
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    from xai_ray import runtime
+
+    runtime.wait_for_release()  # a Ray an earlier test left going (the write stage's) is joined, as ray_cluster does
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         common = [
             "run",

@@ -274,3 +274,22 @@ def test_an_unreadable_kept_tokenizer_is_read_again(tiny_model_factory, tmp_path
     kept.write_text('{"backend": ')
     assert load_model(folder).tokenizer(TEXTS)["input_ids"] == expected
     assert json.loads(kept.read_text())["backend"]
+
+
+def test_the_lean_classifier_says_what_it_is_not(tiny_model_factory):
+    """Inference only: training it is refused (no dropout: it would silently differ from
+    transformers'); it names its folder as transformers does; it pickles with its tokenizer's
+    reading of markers written in a text."""
+    import pickle
+
+    folder = tiny_model_factory("bert")
+    lean = load_model(folder)
+    with pytest.raises(RuntimeError, match="lean=False"):
+        lean.model.train()
+    assert not lean.model.eval().training
+    assert lean.model.config.name_or_path == folder == load_model(folder, lean=False).model.config.name_or_path
+    copy = pickle.loads(pickle.dumps(lean))
+    text = "good [SEP] film"
+    assert copy.tokenizer(text)["input_ids"] == lean.tokenizer(text)["input_ids"]
+    assert copy.tokenizer.backend_tokenizer.encode_special_tokens
+    assert copy.info == lean.info

@@ -315,14 +315,21 @@ class SequenceClassifier(nn.Module):
     def device(self) -> torch.device:
         return self.classifier.weight.device if self.prefix != "roberta" else self.classifier.out_proj.weight.device
 
+    def train(self, mode: bool = True) -> SequenceClassifier:
+        """Inference only (no dropout): training one would silently differ from transformers'."""
+        if mode:
+            raise RuntimeError("this classifier is for inference; load it with load_model(..., lean=False) to train it")
+        return super().train(False)
+
     def get_input_embeddings(self) -> nn.Embedding:
         return self.base_model.embeddings.word_embeddings
 
     def forward(
         self, input_ids=None, attention_mask=None, token_type_ids=None, inputs_embeds=None, output_attentions=False
     ) -> Output:
-        """Another keyword transformers' classes take (``position_ids``, ``labels``...) is refused
-        by Python rather than ignored."""
+        """``output_attentions`` is taken and gives none (the capture has them, as for transformers'
+        classes loaded with it); another keyword transformers' classes take (``position_ids``,
+        ``labels``...) is refused by Python rather than ignored."""
         hidden = self.base_model(input_ids, attention_mask, token_type_ids, inputs_embeds)  # (B, n, D)
         if self.prefix == "distilbert":
             return Output(self.classifier(torch.relu(self.pre_classifier(hidden[:, 0]))))  # (B, C)

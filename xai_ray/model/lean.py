@@ -72,7 +72,7 @@ def load_lean(path: str, fields: dict, labels: dict[int, str], seed: int, device
 
     from xai_ray.model.encoders import EncoderConfig, SequenceClassifier
 
-    config = EncoderConfig(fields)
+    config = EncoderConfig({**fields, "name_or_path": path, "_name_or_path": path})  # the folder, as transformers says
     config.id2label, config.label2id, config.num_labels = labels, {v: k for k, v in labels.items()}, len(labels)
     try:
         model = SequenceClassifier(config)  # uninitialised: every value comes from the file or the draw below

@@ -72,12 +72,18 @@ class LeanTokenizer:
     def __init__(self, state: dict) -> None:
         from tokenizers import Tokenizer
 
+        self.state = state
         self.backend_tokenizer = Tokenizer.from_str(state["backend"])
         self.backend_tokenizer.no_truncation()
         self.backend_tokenizer.no_padding()
         for name in ATTRIBUTES:
             setattr(self, name, state[name])
         self.split_special_tokens = False
+
+    def __reduce__(self):
+        """Pickled as its state and whether a "[SEP]" written in a text is read as text (the Rust
+        tokenizer's pickle forgets that flag)."""
+        return _restored, (self.state, self.backend_tokenizer.encode_special_tokens, self.padding_side)
 
     def __len__(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
@@ -123,6 +129,13 @@ class LeanTokenizer:
         elif single:
             fields = {k: v[0] for k, v in fields.items()}
         return Encoded(fields, encodings, width)
+
+
+def _restored(state: dict, encode_special_tokens: bool, padding_side: str) -> LeanTokenizer:
+    tokenizer = LeanTokenizer(state)
+    tokenizer.backend_tokenizer.encode_special_tokens = encode_special_tokens
+    tokenizer.split_special_tokens, tokenizer.padding_side = encode_special_tokens, padding_side
+    return tokenizer
 
 
 def _padded(values: list, width: int | None, fill) -> list:

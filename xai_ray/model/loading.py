@@ -42,7 +42,7 @@ CAPTURE = "xai_capture"  # xai_ray.model.capture.CAPTURE, named here so reading 
 
 @dataclass
 class LoadedModel:
-    model: object  # transformers PreTrainedModel, eval mode
+    model: object  # encoders.SequenceClassifier (lean) or transformers' PreTrainedModel, eval mode
     tokenizer: object
     info: dict  # name, path, model_type, n_layers, n_heads, labels, fingerprint, flags
 
