@@ -251,6 +251,9 @@ def test_the_kept_tokenizer_answers_every_call_as_transformers_class(tiny_model_
         assert lean.convert_ids_to_tokens(ids) == full.convert_ids_to_tokens(ids)
         tokens = full.convert_ids_to_tokens(ids) + ["not-a-token-of-it"]
         assert lean.convert_tokens_to_ids(tokens) == full.convert_tokens_to_ids(tokens)
+        for token in tokens[1:2] + tokens[-1:]:  # one token alone: one id, as transformers
+            assert lean.convert_tokens_to_ids(token) == full.convert_tokens_to_ids(token)
+        assert lean.convert_ids_to_tokens(ids[1]) == full.convert_ids_to_tokens(ids[1])
         for call in CALLS:
             for text in (TEXTS[2], TEXTS, [""]):
                 if call.get("return_tensors") and isinstance(text, str):

@@ -88,12 +88,18 @@ class LeanTokenizer:
     def __len__(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def convert_ids_to_tokens(self, ids) -> list[str]:
+    def convert_ids_to_tokens(self, ids):
+        """One id -> its token; a list of ids -> theirs, as transformers' method."""
+        if isinstance(ids, int):
+            return self.backend_tokenizer.id_to_token(ids)
         return [self.backend_tokenizer.id_to_token(int(i)) for i in ids]
 
-    def convert_tokens_to_ids(self, tokens) -> list[int]:
-        found = (self.backend_tokenizer.token_to_id(token) for token in tokens)
-        return [self.unk_token_id if i is None else i for i in found]
+    def convert_tokens_to_ids(self, tokens):
+        """One token -> its id (the unknown token's for one out of the vocabulary); a list -> theirs."""
+        if isinstance(tokens, str):
+            found = self.backend_tokenizer.token_to_id(tokens)
+            return self.unk_token_id if found is None else found
+        return [self.convert_tokens_to_ids(token) for token in tokens]
 
     def __call__(
         self,
