@@ -249,16 +249,21 @@ def test_a_part_damaged_inside_is_one_sentence_in_every_command(tmp_path, batche
         assert len(said) == 1 and said[0].startswith("xai-ray: ") and "part-1.parquet" in said[0], said
 
 
+def publish_batches(root, batches, **manifest):
+    """The run ``r`` of ``batches``, published in one part per writer flush; its folder."""
+    writer = RunWriter(root, "r", METHODS)
+    for batch in batches:
+        writer.write(batch)
+    return writer.publish({"created_at": "x", **manifest})
+
+
 def test_a_stray_copy_of_a_part_is_not_read_as_more_rows(tmp_path, batches):
     """A file manager's "part-0 (copy).parquet" beside the parts: no record names it, so the views
     leave it out (it counted every document and token of that part twice); a run copied without
     its records is still read whole."""
     import shutil
 
-    writer = RunWriter(tmp_path, "r", METHODS)
-    for batch in batches:
-        writer.write(batch)
-    run = writer.publish({"created_at": "x"})
+    run = publish_batches(tmp_path, batches)
     count = "select (select count(*) from docs), (select count(*) from tokens), (select count(*) from words)"
     before = open_store(tmp_path).execute(count).fetchone()
     for folder in ("docs", "token_scores"):
@@ -288,10 +293,7 @@ def test_a_part_whose_columns_are_not_its_records_is_one_sentence_in_sql(tmp_pat
     line of a traceback."""
     from xai_ray import cli
 
-    writer = RunWriter(tmp_path, "r", METHODS)
-    for batch in batches:
-        writer.write(batch)
-    run = writer.publish({"created_at": "x", "config": {"methods": METHODS}})
+    run = publish_batches(tmp_path, batches, config={"methods": METHODS})
     part = run / "token_scores" / "part-0.parquet"
     table = pq.read_table(part)
     dropped = next(name for name in table.column_names if name.startswith("score:"))
@@ -307,10 +309,7 @@ def test_a_file_or_run_folder_named_in_other_bytes_than_utf8_is_left_out(tmp_pat
     import os
     import shutil
 
-    writer = RunWriter(tmp_path, "r", METHODS)
-    for batch in batches:
-        writer.write(batch)
-    run = writer.publish({"created_at": "x"})
+    run = publish_batches(tmp_path, batches)
     count = "select (select count(*) from runs), (select count(*) from docs)"
     before = open_store(tmp_path).execute(count).fetchone()
     runs = os.fsencode(tmp_path / "runs")
