@@ -132,3 +132,26 @@ def test_a_resumed_small_run_scores_only_what_its_parts_lack(ray_cluster, tmp_pa
     once, resumed = _stored(tmp_path / "s", "once"), _stored(tmp_path / "h", "again")
     pd.testing.assert_frame_equal(resumed[1], once[1])  # every bad row once
     pd.testing.assert_frame_equal(resumed[0], once[0])  # every document once, as one run scores it
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_command_whose_corpus_the_driver_reads_never_imports_ray_data(tmp_path, tiny_bert_dir):
+    """Ray Data costs most of a second to import, before the actors could start (bench/README.md,
+    startup.py); a run the driver reads and hands out itself has no use for it. The streamed run
+    of the same corpus does import it (the check can fail)."""
+    import subprocess
+    import sys
+
+    source = _bad_rows_parquet(tmp_path)
+    code = (
+        "import sys\nfrom xai_ray.cli import main\ncode = main(sys.argv[1:])\nprint('ray.data' in sys.modules, code)\n"
+    )
+    seen = []
+    for rows in (1000, 0):
+        args = ["run", "--data", str(source), "--model", tiny_bert_dir, "--store", str(tmp_path / "store")]
+        args += ["--no-report", "-q", "--set", f"driver_rows={rows}", "--run-id", f"rows-{rows}"]
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen.append(done.stdout.split()[-2:])
+    assert seen == [["False", "0"], ["True", "0"]]

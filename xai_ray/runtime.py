@@ -41,11 +41,21 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
         else:  # a local head without the dashboard head and the monitors a local run never uses
             init_local(ray.init, keep_log_monitor=bool(options["log_to_driver"]), **options)
         route_ray_loggers()
+
+
+def ray_data():
+    """``ray.data``, set for a run: every stage that builds a Ray Data pipeline takes it from here.
+    Imported there and not at Ray's start: it costs most of a second, before the actors could
+    start, that a corpus the driver reads itself (``data.held``) never needs."""
+    import ray.data
+
+    context = ray.data.DataContext.get_current()
     # Our own bar has the ETA over the whole run; Ray Data's per-operator bars would draw beside it.
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    context.enable_progress_bars = False
     # Never drop a failed block silently (the default, spelled out): a lost block fails the run,
     # which then resumes from its committed parts, rather than publishing without those documents.
-    ray.data.DataContext.get_current().max_errored_blocks = 0
+    context.max_errored_blocks = 0
+    return ray.data
 
 
 class ClusterError(RuntimeError):

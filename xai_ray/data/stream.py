@@ -24,15 +24,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
-from ray.data.block import BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
 
 from xai_ray.data import screening
 from xai_ray.data.corpus import named_ids, sample_rows
 from xai_ray.data.head_docs import HeadDocs
-from xai_ray.data.pieces import CHUNK, count_piece, read_piece
-from xai_ray.data.sources import Piece, SourcePlan
+from xai_ray.data.pieces import count_piece
+from xai_ray.data.sources import SourcePlan
 from xai_ray.data.text import CorpusError
+from xai_ray.runtime import ray_data
 
 BUCKETS = 64  # ids are hashed into this many buckets; one screening task takes one or several
 ROWS_PER_SCREEN_TASK = 2_000_000
@@ -91,7 +90,9 @@ class Corpus:
         corpus = self.counted()
         pieces = len(corpus.plan.pieces)
         blocks = max(pieces, blocks)
-        source = ray.data.read_datasource(
+        from xai_ray.data.piece_source import PieceSource
+
+        source = ray_data().read_datasource(
             PieceSource(corpus.plan), override_num_blocks=blocks, **_beside(pieces, beside_actors)
         )
         place = partial(_place, offsets=corpus.offsets, split=corpus.plan.split)
@@ -103,7 +104,7 @@ class Corpus:
 def _beside(inputs: int, beside_actors: bool) -> dict:
     """Ray remote args of a step that runs beside the scoring actors: no CPU asked, at most 4 tasks
     at once (no more than it has inputs), or nothing special."""
-    return {"num_cpus": 0, "compute": ray.data.TaskPoolStrategy(size=max(1, min(inputs, 4)))} if beside_actors else {}
+    return {"num_cpus": 0, "compute": ray_data().TaskPoolStrategy(size=max(1, min(inputs, 4)))} if beside_actors else {}
 
 
 def _run(dataset) -> dict:
@@ -139,37 +140,8 @@ def _count_pieces(source: SourcePlan):
 
     pieces = {p.index: p for p in source.pieces}
     items = [{"piece": p.index} for p in source.pieces]
-    blocks = ray.data.from_items(items, override_num_blocks=len(items))
+    blocks = ray_data().from_items(items, override_num_blocks=len(items))
     return blocks.map_batches(count, batch_format="pyarrow", batch_size=1)
-
-
-class PieceSource(Datasource):
-    """A Ray Data datasource: one read task per piece, yielding its standardised chunks."""
-
-    def __init__(self, plan: SourcePlan) -> None:
-        super().__init__()
-        self.plan = plan
-
-    def estimate_inmemory_data_size(self):
-        return None
-
-    def get_name(self) -> str:
-        return "Corpus"
-
-    def get_read_tasks(self, parallelism, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
-        bare = replace(self.plan, pieces=())  # each task carries its own piece only
-        return [
-            ReadTask(
-                partial(_read_one, bare, piece),
-                BlockMetadata(num_rows=piece.rows, size_bytes=None, exec_stats=None, input_files=None),
-                schema=CHUNK,
-            )
-            for piece in self.plan.pieces
-        ]
-
-
-def _read_one(plan: SourcePlan, piece: Piece):
-    yield from read_piece(plan, piece)
 
 
 def _place(batch: pa.Table, chosen, offsets: list[int], split: str) -> pa.Table:

@@ -298,7 +298,6 @@ def score(rows, cfg: RunConfig):
     whose batches the driver hands to the actors itself (``pool.score_here``): then an iterator of
     Arrow tables of scorer rows."""
     import ray
-    from ray.data import ActorPoolStrategy
 
     from xai_ray.scoring.deferred import DeferredMethods
     from xai_ray.scoring.settings import ScorerConfig
@@ -331,7 +330,7 @@ def score(rows, cfg: RunConfig):
         fn_kwargs={"leases": workers.queue(), "config": config},
         batch_size=batch,
         batch_format="numpy",
-        compute=ray.data.TaskPoolStrategy(size=2 * actors),
+        compute=runtime.ray_data().TaskPoolStrategy(size=2 * actors),
         num_cpus=0,
     )
     if deferred:
@@ -342,7 +341,7 @@ def score(rows, cfg: RunConfig):
             fn_constructor_kwargs={"config": config},
             batch_size=cfg.batch_size,
             batch_format="pyarrow",
-            compute=ActorPoolStrategy(min_size=1, max_size=cpu_workers),
+            compute=runtime.ray_data().ActorPoolStrategy(min_size=1, max_size=cpu_workers),
             num_cpus=1,
         )
     log.info("scoring %d documents on %d actor(s), %g GPU each", n_docs, actors, gpus)

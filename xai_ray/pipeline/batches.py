@@ -7,6 +7,7 @@ import pandas as pd
 
 from xai_ray.config import RunConfig
 from xai_ray.data.head_docs import head_docs
+from xai_ray.runtime import ray_data
 
 
 def even_batch(batch_size: int, n_docs: int | None, actors: int) -> int:
@@ -30,15 +31,14 @@ def count_of(rows) -> int | None:
 def scorer_input(rows, cfg: RunConfig, actors: int):
     """(a Ray Dataset of the rows to score, how many) for what ``score`` was given."""
     import pyarrow as pa
-    import ray
 
     if isinstance(rows, pd.DataFrame):
         ordered = order_corpus(rows, cfg)
         table = pa.Table.from_pandas(ordered, preserve_index=False)
         n_blocks = max(1, min(len(ordered) // max(cfg.batch_size, 1), actors * 8))
         step = max(1, -(-table.num_rows // n_blocks))
-        return ray.data.from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)]), len(rows)
-    if isinstance(rows, ray.data.Dataset):
+        return ray_data().from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)]), len(rows)
+    if isinstance(rows, ray_data().Dataset):
         return rows, rows.count()
     counts = rows.counts
     return rows.todo(cfg.batch_size, head_docs(counts["kept"], cfg), blocks=16 * actors), counts["todo"]

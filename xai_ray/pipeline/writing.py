@@ -32,7 +32,7 @@ from xai_ray.methods.head_summary import HeadTotals
 from xai_ray.model.loading import describe_model
 from xai_ray.pipeline.pool import source_state, start_timings
 from xai_ray.progress import Progress
-from xai_ray.runtime import versions
+from xai_ray.runtime import ray_data, versions
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import layout
 from xai_ray.store.files import write_atomically
@@ -129,7 +129,7 @@ def write_parts(
         # Writing is Arrow and file work beside the actors: it asks for no CPU of its own, so
         # actors holding every core cannot starve it; the pool's size bounds it instead.
         num_cpus=0,
-        compute=ray.data.TaskPoolStrategy(size=writers),
+        compute=ray_data().TaskPoolStrategy(size=writers),
         **_where(cfg),
     )
     for batch in records.iter_batches(batch_format="pyarrow", batch_size=None):
