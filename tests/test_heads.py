@@ -21,7 +21,7 @@ from xai_ray import pipeline
 from xai_ray.config import ConfigError, resolve
 from xai_ray.data.corpus import read_corpus
 from xai_ray.methods.head_summary import STATISTICS, HeadTotals, behaviour, classical_mds
-from xai_ray.methods.heads import is_punctuation, jsd_sums
+from xai_ray.methods.heads import FAINT, block_statistics, is_punctuation, jsd_sums, row_log_z
 from xai_ray.model import capture
 from xai_ray.model.loading import load_model
 from xai_ray.query.connection import open_store
@@ -166,6 +166,25 @@ def test_jsd_by_hand():
     half = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25)) - math.log(2) / 2
     expected = np.array([[0, math.log(2), half], [math.log(2), 0, half], [half, half, 0]])
     np.testing.assert_allclose(got, expected, atol=1e-6)
+
+
+def test_log_z_from_the_cls_key_and_from_the_largest_where_cls_is_faint():
+    """Each row's log Z against float64 logsumexp, on rows whose [CLS] probability is large, just
+    above and below the faint threshold, and 0 in float32 (a score 200 below the rest); the
+    entropies of ``block_statistics`` against -sum p log p in float64 on the same rows."""
+    base = torch.tensor([[0.0, 1.0, 2.0, 0.5], [3.0, -1.0, 0.0, 0.0]], dtype=torch.float64)  # [CLS] ordinary
+    gap = math.log(1 / FAINT) - math.log(3.0)  # beside three keys at 0, [CLS] at -gap has p = FAINT
+    faint = torch.tensor([[-gap + 2.0, 0.0, 0.0, 0.0], [-gap - 2.0, 0.0, 0.0, 0.0], [-200.0, 4.0, 4.0, 1.0]])
+    scores = torch.cat([base, faint.double()])[None] * 1.0  # (1 head, 5 rows, 4 keys)
+    probs = scores.float().softmax(dim=-1)
+    assert probs[0, 2, 0] > FAINT > probs[0, 3, 0] and probs[0, 4, 0] == 0  # every case is there
+    got = row_log_z(probs, scores.float())[0].double()
+    np.testing.assert_allclose(got.numpy(), torch.logsumexp(scores, dim=-1)[0].numpy(), rtol=0, atol=2e-6)
+    exact = scores.softmax(dim=-1)
+    entropy = -(exact * exact.clamp_min(1e-300).log()).sum(dim=-1)[0]  # (5,) nats, 0 log 0 = 0
+    sums = block_statistics(probs, 0, torch.zeros(4, 3), scores.float())  # (1 head, N_STATS)
+    assert abs(sums[0, 0].item() - entropy.sum().item()) < 1e-5
+    assert abs(sums[0, 2].item() - entropy[0].item()) < 1e-6  # the [CLS] row's own
 
 
 def test_classical_mds_recovers_points_up_to_rotation_and_reflection():
