@@ -234,3 +234,31 @@ def test_the_driver_counts_a_part_once_drops_one_that_overlaps_and_records_what_
     errors = dict(zip(*(pq.read_table(run / "errors").column(c).to_pylist() for c in ("doc_id", "reason"))))
     assert sorted(docs) == ["d0", "d1", "d2", "d5"] and sorted(errors) == ["d3", "d4"]
     assert errors["d3"] == "no result came back from the scoring actors"
+
+
+def test_a_row_group_keeps_only_the_dictionary_entries_its_rows_use(tmp_path):
+    """Layout 3 writes its runs of rows as row groups of a part whose dictionary columns share one
+    dictionary; each group stores only the entries it uses (by hand: rows 1-3 use c, e and a null),
+    reads back the same strings, and a file of one large and one small group shrinks by what the
+    small group would have repeated."""
+    from xai_ray.store.files import used_entries, write_parquet
+
+    letters = pa.array(["a", "b", "c", "d", "e"])
+    small = pa.table({"token": pa.DictionaryArray.from_arrays(pa.array([4, None, 2, 4, 0], pa.int32()), letters)})
+    cut = used_entries(small.slice(1, 3)).column("token").chunk(0)
+    assert cut.dictionary.to_pylist() == ["c", "e"] and cut.indices.to_pylist() == [None, 0, 1]
+    words = pa.array([f"{x:016x}" for x in np.random.default_rng(0).integers(0, 2**62, 5000)])  # hardly compressible
+    indices = np.concatenate([np.arange(5000), np.arange(10)]).astype(np.int32)  # the second group: 10 words
+    table = pa.table({"token": pa.DictionaryArray.from_arrays(pa.array(indices), words)})
+    sizes = {}
+    for name, writer in (("used", write_parquet), ("whole", None)):
+        path = tmp_path / f"{name}.parquet"
+        if writer:
+            writer(table, path, row_groups=[5000, 10], compression="zstd", store_schema=False)
+        else:  # the plain writer: the second group repeats the whole dictionary
+            with pq.ParquetWriter(path, table.schema, compression="zstd", store_schema=False) as plain:
+                plain.write_table(table.slice(0, 5000), row_group_size=5000)
+                plain.write_table(table.slice(5000, 10), row_group_size=10)
+        assert pq.read_table(path).column("token").to_pylist() == [words[int(i)].as_py() for i in indices]
+        sizes[name] = path.stat().st_size
+    assert sizes["used"] < 0.6 * sizes["whole"]  # the dictionary is most of each file: about half

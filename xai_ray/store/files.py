@@ -22,6 +22,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -111,8 +112,34 @@ def write_parquet(table: pa.Table, sink, row_groups: list[int] | None = None, **
         start = 0
         for rows in row_groups:
             if rows:
-                writer.write_table(table.slice(start, rows), row_group_size=rows)
+                writer.write_table(used_entries(table.slice(start, rows)), row_group_size=rows)
             start += rows
+
+
+def used_entries(table: pa.Table) -> pa.Table:
+    """``table`` with each dictionary column's dictionaries cut to the entries its rows use. The
+    writer stores a row group's dictionary whole: a small group sliced from a part would repeat
+    every token of the part (layout 3's runs of rows: its token, word and joined columns took 1.7x
+    the bytes). A count per entry and a running sum: no string is hashed."""
+    columns = []
+    for column in table.columns:
+        if not pa.types.is_dictionary(column.type):
+            columns.append(column)
+            continue
+        chunks = []
+        for chunk in column.chunks:
+            indices = chunk.indices.fill_null(0).to_numpy(zero_copy_only=False)  # (rows,)
+            null = chunk.is_null().to_numpy(zero_copy_only=False)  # (rows,) a null's index uses nothing
+            used = np.bincount(indices[~null], minlength=len(chunk.dictionary)) > 0  # (entries,)
+            if not used.any():  # every row null (or none): an empty dictionary
+                empty = pa.nulls(len(chunk), column.type.index_type)
+                chunks.append(pa.DictionaryArray.from_arrays(empty, chunk.dictionary[:0]))
+                continue
+            kept = np.cumsum(used) - 1  # (entries,) each used entry's place among the used
+            remapped = pa.array(kept[indices], mask=null, type=column.type.index_type)
+            chunks.append(pa.DictionaryArray.from_arrays(remapped, chunk.dictionary.filter(pa.array(used))))
+        columns.append(pa.chunked_array(chunks, type=column.type))
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def _fsync(path: Path) -> None:

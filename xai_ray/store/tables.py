@@ -24,10 +24,12 @@ from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, LAYOUT
 # Dictionary pages for the string columns only (a float column's dictionary only grows, then is
 # dropped), delta encoding for the counters (positions, word ids), statistics only where a reader
 # can prune with them. ``store_schema=False``: the dictionary-encoded id columns read back as
-# plain strings. The score columns are split by byte (``BYTE_STREAM_SPLIT``) before zstd: the
-# exponent bytes of a column's floats then sit together and compress. Layout 3's divisors (one
-# value per document, on each of its rows) are dictionary-encoded: a query reading a share decodes
-# a run of indices, not a float a row.
+# plain strings. The score columns are plain floats under zstd: split by byte
+# (``BYTE_STREAM_SPLIT``) they were 6% smaller on MiniLM's scores of IMDB reviews, but DuckDB
+# reassembles every float a query reads, and a token aggregate over a slice took 1.14x instead of
+# 1.30x layout 1's (bench/README.md, store_layout.py). Layout 3's divisors (one value per
+# document, on each of its rows) are dictionary-encoded: a query reading a share decodes a run of
+# indices, not a float a row.
 PARQUET_OPTIONS = {
     "compression": "zstd",
     "use_dictionary": ["doc_id", "token", "word", "joined", "stage", "method", "metric"],
@@ -38,17 +40,15 @@ PARQUET_OPTIONS = {
 
 
 def parquet_options(table: pa.Table) -> dict:
-    """The writer's options for ``table``: ``PARQUET_OPTIONS``, score columns byte-split, layout 3's
+    """The writer's options for ``table``: ``PARQUET_OPTIONS``, layout 3's
     divisors dictionary-encoded and its runs of rows (``scores_v3.row_runs``) in row groups of
     their own, with the statistics that let a view's filter decide a whole group. The options are
     ``store.files.write_parquet``'s."""
     names = table.schema.names
-    split = {name: "BYTE_STREAM_SPLIT" for name in names if name.startswith(SCORE_KINDS)}
-    if not split:
+    if not any(name.startswith(SCORE_KINDS) for name in names):
         return PARQUET_OPTIONS
     dictionary = PARQUET_OPTIONS["use_dictionary"] + [name for name in names if name.startswith("divisor:")]
-    encoding = {**PARQUET_OPTIONS["column_encoding"], **split}
-    options = {**PARQUET_OPTIONS, "use_dictionary": dictionary, "column_encoding": encoding}
+    options = {**PARQUET_OPTIONS, "use_dictionary": dictionary}
     runs = scores_v3.row_runs(table)
     if runs is not None:  # layout 3's one table, its runs of rows in groups of their own
         statistics = PARQUET_OPTIONS["write_statistics"] + ["span_id", "position"]
