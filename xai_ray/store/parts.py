@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from xai_ray.store.heap import keep_freed_memory
 from xai_ray.store.layout import staging_dir
 from xai_ray.store.records import PartRecord
 from xai_ray.store.schemas import LAYOUT
@@ -40,6 +41,7 @@ class PartWriter:
     """
 
     def __init__(self, store: str | Path, run_id: str, methods: list[str], totals=None, layout: int = LAYOUT) -> None:
+        keep_freed_memory()  # a worker writing part after part reuses its pages (store.heap)
         self.folder = staging_dir(store, run_id)
         self.methods = list(methods)
         self.totals_class = totals
