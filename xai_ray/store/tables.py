@@ -78,7 +78,11 @@ class PartTables:
     def merged(self) -> dict[str, pa.Table]:
         """One table per slice folder (a slice's dictionary-encoded columns unified across batches;
         layout 3's batches joined run by run, ``scores_v3.in_runs``)."""
-        return {folder: _concat(scores_v3.in_runs(parts)) for folder, parts in self.tables.items()}
+        # one batch (a Ray writer's part) is in its runs already: cutting and joining it copied it whole
+        return {
+            folder: parts[0] if len(parts) == 1 else _concat(scores_v3.in_runs(parts))
+            for folder, parts in self.tables.items()
+        }
 
     def rows(self) -> dict[str, int]:
         return {folder: sum(t.num_rows for t in parts) for folder, parts in self.tables.items()}
