@@ -144,6 +144,7 @@ class Rows:
         self.at = moved[self.host]  # (words,) each word's row, in order
         self.kept = np.flatnonzero(apart)[np.argsort(self.at[apart])]  # the apart words, in their rows' order
         self.row_doc = self.row_doc[self.source]
+        self.row_doc_indices = pa.array(self.row_doc.astype(np.int32))  # every slice's divisor indices
         # a validity bitmap shared by every slice's token_score column: the second run's rows
         valid = np.zeros(self.n_rows, dtype=bool)
         valid[self.runs[0] : self.runs[0] + self.runs[1]] = True
@@ -194,7 +195,7 @@ class Rows:
         token_score = pa.Array.from_buffers(pa.float32(), self.n_rows, [self.kept_bitmap, pa.py_buffer(own)], nulls)
         # one value per document, its indices the rows' documents: the writer stores the dictionary
         # as it is, with no float hashed per row
-        per_row = pa.DictionaryArray.from_arrays(pa.array(self.row_doc.astype(np.int32)), pa.array(divisor))
+        per_row = pa.DictionaryArray.from_arrays(self.row_doc_indices, pa.array(divisor))
         return [("score", pa.array(dense)), ("token_score", token_score), ("divisor", per_row)]
 
     def on_words(self, values: np.ndarray, keep: np.ndarray) -> pa.Array:
