@@ -28,9 +28,10 @@ from xai_ray.data.corpus import read_corpus
 from xai_ray.data.sources import plan
 from xai_ray.query.connection import QueryError, open_store, open_union
 from xai_ray.report.outputs import OutputError
-from xai_ray.store import remote
+from xai_ray.store import StoreError, remote
 from xai_ray.store.aggregates import read_aggregate, write_aggregate
 from xai_ray.store.files import replacing, write_atomically
+from xai_ray.store.writer import check_store
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "SECRET-OUTSIDE"  # in every file outside: it must never show up in what a reader returns
@@ -409,3 +410,24 @@ def test_charts_dir_and_out_naming_one_path_is_refused_before_the_page(store, tm
     argv = ["report", "--store", str(store), "--out", "x.html", "--format", "svg", "--charts-dir", "x.html"]
     assert cli.main(argv) == 2
     assert "both name 'x.html'" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.parametrize("folder", ["label=7", "run_id=evil", "dt=2024-01-01"])
+def test_a_store_below_a_key_value_folder_is_refused_not_misread(folder, tmp_path, capsys):
+    # DuckDB's hive partitioning reads every key=value folder of a part's path as a column: under
+    # these a store's documents read label 7, or run "evil", or gained a dt column
+    root = tmp_path / folder / "store"
+    write_run(root, "r1", DOCS, WORDS)
+    for opening in (lambda: open_store(root), lambda: open_union(root, ["r1"], "u")):
+        with pytest.raises(StoreError, match=re.escape(f"lies below a folder named '{folder}'")):
+            opening()
+    assert cli.main(["sql", "--store", str(root), "select label from docs"]) == 2
+    assert f"lies below a folder named '{folder}'" in capsys.readouterr().err
+    with pytest.raises(StoreError, match="without '=' in their names"):
+        check_store(tmp_path / folder / "new-store")  # a run refuses it before writing anything
+    assert not (tmp_path / folder / "new-store").exists()
+    # the same store moved out from under the folder reads its own labels
+    moved = tmp_path / "plain" / "store"
+    shutil.move(root, moved)
+    labels = {d["doc_id"]: d.get("label") for d in DOCS}
+    assert dict(open_store(moved).execute("select doc_id, label from docs").fetchall()) == labels

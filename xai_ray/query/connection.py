@@ -61,6 +61,7 @@ def open_store(store: str | Path, sandbox: bool = True, limits: Limits | None = 
         raise QueryError(
             f"store {str(store)!r} does not exist or is not a folder; run `xai-ray run --store {store}` first"
         )
+    store_layout.check_folders(root)
     con = duckdb.connect(":memory:")
     con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
     con.execute(sql_text("macro_word_key"))  # what a word is to them (lower case, NFC, one apostrophe)
@@ -237,6 +238,7 @@ def open_union(store: str | Path, run_ids: list[str], label: str, sandbox: bool 
     run's manifest with the runs' counts summed and their ids under ``runs``.
     """
     root = Path(store).resolve()
+    store_layout.check_folders(root)
     if not run_ids:
         raise QueryError("no runs to combine")
     published = set(store_layout.list_runs(root))

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from xai_ray.store import StoreError
 from xai_ray.store.files import write_atomically, write_parquet_atomically
-from xai_ray.store.layout import MANIFEST, run_dir, staging_dir
+from xai_ray.store.layout import MANIFEST, check_folders, run_dir, staging_dir
 from xai_ray.store.records import PartRecord
 from xai_ray.store.schemas import DOCS, ERRORS, FAITHFULNESS, HEAD_SIMILARITY, HEADS, LAYOUT
 from xai_ray.store.staging import Staging, StagingError
@@ -35,6 +35,7 @@ def check_store(store: str | Path) -> None:
     store = Path(store)
     if store.exists() and not store.is_dir():
         raise StoreError(f"store {str(store)!r} is a file, not a folder; pass a folder with --store")
+    check_folders(store)
     try:
         store.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=store):
