@@ -211,6 +211,46 @@ def test_a_published_run_missing_a_part_file_is_refused_not_read_short(tmp_path,
         open_store(tmp_path)
 
 
+def test_a_published_run_whose_record_is_damaged_deleted_or_whose_part_is_a_link_is_refused(tmp_path, batches):
+    """Each of these left the part's rows out of every view without a word (its files then
+    looked like stray copies, or the link was skipped), while topk's kept totals still counted
+    them: the views refuse the run, naming what is wrong."""
+    import shutil
+
+    writer = RunWriter(tmp_path, "r", METHODS, part_rows=1)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x"})
+    count = "select (select count(*) from docs), (select count(distinct doc_id) from words)"
+    whole = open_store(tmp_path).execute(count).fetchone()
+    assert whole[0] > 0 and whole[1] == whole[0]
+    record = run / "_parts" / "part-1.json"
+    kept = record.read_bytes()
+    held = json.loads(kept)["counts"]["docs"]
+    assert held > 0
+
+    record.write_bytes(kept[:40])  # cut short
+    with pytest.raises(QueryError, match=r"run 'r' is damaged: _parts/part-1.json is not a part record"):
+        open_store(tmp_path)
+    record.write_text(json.dumps({"files": [], "doc_ids": []}))  # edited: no part key
+    with pytest.raises(QueryError, match=r"_parts/part-1.json is not a part record"):
+        open_store(tmp_path)
+    record.unlink()  # deleted
+    with pytest.raises(
+        QueryError, match=rf"the part records in _parts hold {whole[0] - held} of the {whole[0]} documents"
+    ):
+        open_store(tmp_path)
+    record.write_bytes(kept)
+    assert open_store(tmp_path).execute(count).fetchone() == whole  # restored: read whole again
+
+    part = run / "docs" / "part-1.parquet"
+    outside = tmp_path / "elsewhere.parquet"
+    shutil.move(part, outside)
+    part.symlink_to(outside)  # as git-annex and DVC keep files
+    with pytest.raises(QueryError, match=r"docs/part-1.parquet, which _parts/part-1.json lists, is a symbolic link"):
+        open_store(tmp_path)
+
+
 @pytest.mark.parametrize("claimed", [1, 2])
 def test_a_manifest_edited_to_another_layout_is_refused_not_read_empty(tmp_path, batches, claimed):
     """A layout-3 run whose manifest was edited to say layout 1 or 2 gave empty ``words`` (and

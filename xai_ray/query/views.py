@@ -67,7 +67,7 @@ def run_layouts(run_dirs: list[Path]) -> dict[Path, dict]:
             "layout": version,
             "slices": _slice_names(manifest, "slices", folder) if version > 1 else [],
             "shares": _slice_names(manifest, "shares", folder) if version > 2 else [],
-            "parts": part_columns(folder, version),
+            "parts": part_columns(folder, version, (manifest.get("counts") or {}).get("docs")),
         }
     return found
 
@@ -138,37 +138,57 @@ def _groups(files: list[str], runs: dict[Path, dict], name: str) -> dict[tuple[b
     return groups
 
 
-def part_columns(run: Path, version: int) -> dict[str, tuple[frozenset, frozenset]]:
+def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, tuple[frozenset, frozenset]]:
     """Each file of ``run``'s committed parts (relative to the run) -> the slices it holds and
-    those whose shares it keeps, from the parts' records (``_parts/part-*.json``); a record that
-    cannot be read describes nothing. Refused, because the views would read the run short and say
-    nothing: a file a record names that is gone or cut short, and a part written in another store
-    layout than the manifest's ``version`` (a hand-edited manifest)."""
+    those whose shares it keeps, from the parts' records (``_parts/part-*.json``). Refused,
+    because the views would read the run short and say nothing:
+      - a record that cannot be read (cut short, edited): its files would count as stray copies;
+      - records that hold fewer documents than the manifest's ``docs`` count (a record deleted);
+      - a file a record names that is gone, cut short, or a symbolic link (never followed);
+      - a part written in another store layout than the manifest's ``version`` (a hand-edited
+        manifest)."""
     found = {}
+    name = run.name.removeprefix(store_layout.RUN_PREFIX)
+    counted: int | None = 0  # the documents the records hold; None once a record does not say
     for path in sorted((run / PARTS).glob("part-*.json")):
         record = read_record(path)
         if record is None:
-            continue
+            raise QueryError(
+                f"run {name!r} is damaged: {PARTS}/{path.name} is not a part record (cut short or edited), "
+                f"so the rows of its part would be left out; restore the run folder from a copy, or delete it "
+                f"({run}) and run it again"
+            )
         written = record.get("layout")
         if isinstance(written, int) and written != version:
             raise QueryError(
-                f"run {run.name.removeprefix('run_id=')!r} says store layout {version} in its manifest, but "
+                f"run {name!r} says store layout {version} in its manifest, but "
                 f"{PARTS}/{path.name} was written in layout {written}; restore the manifest or move the run "
                 "folder out of the store"
             )
         damaged = unreadable_files(run, record)
-        if damaged:
-            raise QueryError(
-                f"run {run.name.removeprefix('run_id=')!r} is damaged: {damaged[0]}, which {PARTS}/{path.name} "
-                "lists, is missing or not a whole Parquet file; restore the run folder from a copy, or delete "
-                f"it ({run}) and run it again"
+        linked = [str(file) for file in record["files"] if (run / str(file)).is_symlink()]
+        if damaged or linked:
+            what = (
+                "is missing or not a whole Parquet file" if damaged else "is a symbolic link, which is never followed"
             )
+            raise QueryError(
+                f"run {name!r} is damaged: {(damaged or linked)[0]}, which {PARTS}/{path.name} lists, {what}; "
+                f"restore the run folder from a copy, or delete it ({run}) and run it again"
+            )
+        held = (record.get("counts") or {}).get("docs") if isinstance(record.get("counts"), dict) else None
+        counted = counted + held if counted is not None and type(held) is int else None
         try:
             described = (frozenset(record.get("slices") or []), frozenset(record.get("shares") or []))
         except TypeError:  # its files are the run's, but what they hold is not said: read by name
             described = None
-        for name in record["files"]:
-            found[str(name)] = described
+        for file in record["files"]:
+            found[str(file)] = described
+    if found and counted is not None and type(docs) is int and counted < docs:
+        raise QueryError(
+            f"run {name!r} is damaged: the part records in {PARTS} hold {counted} of the {docs} documents its "
+            "manifest counts (a record is missing, and its part's rows would be left out); restore the run "
+            f"folder from a copy, or delete it ({run}) and run it again"
+        )
     return found
 
 
