@@ -564,3 +564,17 @@ def test_evaluate_of_a_run_whose_model_folder_is_gone_is_one_sentence(tmp_path, 
     assert cli.main(["evaluate", "--store", str(tmp_path / "store"), "--run", "r"]) == 2
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and str(folder) in said[0] and "xai-ray: " in said[0], said
+
+
+@pytest.mark.parametrize("edit", ["a slice dropped", "a layer written 01"])
+def test_a_manifest_that_lists_fewer_slices_than_its_parts_hold_is_refused(tmp_path, batches, edit):
+    """The views make one branch per slice the manifest lists: a slice it no longer lists (or
+    lists as raw:01) lost its rows from tokens and words without a word."""
+    run = publish_batches(tmp_path, batches)
+    manifest = json.loads((run / "manifest.json").read_text())
+    first = manifest["slices"][0]
+    method, layer = first.split(":")
+    listed = manifest["slices"][1:] if edit == "a slice dropped" else [f"{method}:0{layer}", *manifest["slices"][1:]]
+    (run / "manifest.json").write_text(json.dumps({**manifest, "slices": listed}))
+    with pytest.raises(QueryError, match=rf"does not list '{first}' under 'slices', which its parts' records hold"):
+        open_store(tmp_path)

@@ -69,7 +69,24 @@ def run_layouts(run_dirs: list[Path]) -> dict[Path, dict]:
             "shares": _slice_names(manifest, "shares", folder) if version > 2 else [],
             "parts": part_columns(folder, version, (manifest.get("counts") or {}).get("docs")),
         }
+        _check_slices(folder, found[folder])
     return found
+
+
+def _check_slices(folder: Path, info: dict) -> None:
+    """Refuse a run whose parts' records hold a slice (or kept share) its manifest does not list:
+    the views make a branch per listed slice only, so that slice's rows would be left out without
+    a word (a manifest edited by hand, or ``raw:01`` for ``raw:1``)."""
+    for key, at in (("slices", 0), ("shares", 1)):
+        listed = set(info[key])
+        held = {name for described in info["parts"].values() if described for name in described[at]}
+        missing = sorted(held - listed)
+        if info["layout"] > 1 + at and missing:
+            raise QueryError(
+                f"the manifest of {folder.name!r} does not list {missing[0]!r} under {key!r}, which its parts' "
+                "records hold, so its rows would be left out; restore the manifest or move the run folder out of "
+                "the store"
+            )
 
 
 def _slice_names(manifest: dict, key: str, folder: Path) -> list[str]:
