@@ -218,6 +218,19 @@ def test_a_yaml_alias_bomb_in_a_config_file_is_refused_at_once(tmp_path):
             resolve(path)
 
 
+def test_a_key_given_twice_in_a_config_file_is_refused_with_both_lines(tmp_path):
+    """PyYAML keeps the last of two equal keys without a word: `limit: 4` then `limit: 5` ran 5."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("limit: 4\nmodel: minilm\nlimit: 5\n")
+    with pytest.raises(ConfigError, match=re.escape("the key 'limit' is given twice (first on line 1) (line 3")):
+        resolve(path)
+    path.write_text("extra:\n  a: 1\n  a: 2\n")  # inside a nested mapping too
+    with pytest.raises(ConfigError, match=re.escape("the key 'a' is given twice (first on line 2)")):
+        resolve(path)
+    path.write_text("limit: 4\nextra: {a: [1, 1], b: {a: 1}}\n")  # equal values and keys in other mappings: fine
+    assert resolve(path).extra == {"a": [1, 1], "b": {"a": 1}}
+
+
 def test_a_report_definition_is_read_as_plainly_as_a_config(tmp_path):
     """`report --definition` with a YAML tag, an unclosed list or a non-UTF-8 byte gave tracebacks;
     `k: true` and `k: 1000000000` were taken (--k stops at 1000)."""

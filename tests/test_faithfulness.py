@@ -422,6 +422,10 @@ def evaluated_store(tmp_path_factory, tiny_bert_dir):
         assert cli.main([*common, "--run-id", "ev", "--evaluate"]) == 0
         # the same run published without --evaluate, then evaluated after the fact
         assert cli.main([*common, "--run-id", "later"]) == 0
+        # a share that picks none of the 8 documents writes nothing (written, it would have refused
+        # every later evaluation as "already has faithfulness metrics")
+        assert cli.main(["evaluate", "--store", str(root / "store"), "--run", "later", "--share", "1e-9"]) == 2
+        assert not (root / "store" / "runs" / "run_id=later" / "faithfulness").exists()
         assert cli.main(["evaluate", "--store", str(root / "store"), "--run", "later"]) == 0
         assert cli.main(["evaluate", "--store", str(root / "store"), "--run", "later"]) == 2  # only once
     finally:

@@ -566,6 +566,19 @@ def test_evaluate_of_a_run_whose_model_folder_is_gone_is_one_sentence(tmp_path, 
     assert len(said) == 1 and str(folder) in said[0] and "xai-ray: " in said[0], said
 
 
+def test_evaluate_of_a_run_already_evaluated_is_refused_before_scoring_again(tmp_path, batches, capsys):
+    """The count of faithfulness rows said "not evaluated" for a run whose evaluation found no
+    rows, so every document was scored again before the writer refused: asked first now."""
+    from xai_ray import cli
+
+    run = publish_batches(tmp_path, batches, config={"model": str(tmp_path / "no-model"), "methods": METHODS})
+    (run / "faithfulness").mkdir()  # what an evaluation that found nothing left
+    assert cli.main(["evaluate", "--store", str(tmp_path), "--run", "r"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    # refused before the model is looked at (the folder named does not exist) and before Ray
+    assert said == ["xai-ray: run 'r' already has faithfulness metrics"], said
+
+
 @pytest.mark.parametrize("edit", ["a slice dropped", "a layer written 01"])
 def test_a_manifest_that_lists_fewer_slices_than_its_parts_hold_is_refused(tmp_path, batches, edit):
     """The views make one branch per slice the manifest lists: a slice it no longer lists (or

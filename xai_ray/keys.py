@@ -195,6 +195,26 @@ class PlainLoader(yaml.SafeLoader):
             )
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node, deep=False):
+        """A mapping whose key is given twice is refused: PyYAML keeps the last one silently, so a
+        config holding ``limit: 4`` then ``limit: 5`` ran with 5 and said nothing."""
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: PyYAML's own error names it
+                    continue
+                if first is not key_node.start_mark:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"the key {key!r} is given twice (first on line {first.line + 1})",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep)
+
 
 _YAML11_NUMBERS = {f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "timestamp")}
 PlainLoader.yaml_implicit_resolvers = {

@@ -38,7 +38,12 @@ def evaluate_run(
     con = open_store(store)
     run = pick_run(con, run_id)
     run_id, manifest = run["run_id"], json.loads(run["manifest"])
-    if run_named(con, "run_faithfulness_count", run_id=run_id).n_rows.iloc[0]:
+    # the writer's own test (add_faithfulness), asked before any document is scored again: an
+    # evaluation that found nothing still leaves its folder
+    if (
+        run_named(con, "run_faithfulness_count", run_id=run_id).n_rows.iloc[0]
+        or (layout.run_dir(store, run_id) / "faithfulness").exists()
+    ):
         raise StoreError(f"run {run_id!r} already has faithfulness metrics")
     cfg = RunConfig.from_manifest(manifest)
     cfg = RunConfig.from_manifest(
@@ -74,6 +79,12 @@ def evaluate_run(
         raise StoreError(f"the model {cfg.model!r} no longer has the weights run {run_id!r} was scored with")
     metrics_table = pa.concat_tables(metrics) if metrics else FAITHFULNESS.empty_table()
     errors_table = pa.concat_tables(errors) if errors else ERRORS.empty_table()
+    if metrics_table.num_rows == 0 and errors_table.num_rows == 0 and len(corpus):
+        # written, this empty evaluation would have refused every later one ("already has")
+        raise StoreError(
+            f"evaluate_share {cfg.evaluate_share} picked none of run {run_id!r}'s {len(corpus)} documents: "
+            "nothing was written; pass a larger --share (1.0 evaluates every document)"
+        )
     manifest["config"] = {
         **manifest["config"],
         **{k: cfg.to_dict()[k] for k in ("evaluate", "evaluate_fractions", "evaluate_share")},
