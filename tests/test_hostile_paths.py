@@ -392,6 +392,28 @@ def test_a_page_written_over_the_stores_own_files_is_refused(store, capsys):
     (store / "mine.html").unlink()
 
 
+def test_chart_files_are_never_written_among_the_stores_own_files(store, tmp_path, capsys):
+    """`--charts-dir` skipped the check `--out` makes: chart images landed in `runs/` and in a
+    run's Parquet `docs/` folder; with `--out` on a run's own report.html the default folder
+    (`report-charts/`) was inside the run too."""
+    from xai_ray.report.page import export_charts
+
+    run = store / "runs" / "run_id=r1"
+    before = snapshot(store)
+    page = str(tmp_path / "r.html")
+    for folder in (store / "runs", run / "docs", run / "new-charts"):
+        argv = ["report", "--store", str(store), "--format", "svg", "--charts-dir", str(folder), "--out", page]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"--charts-dir {str(folder)!r} is inside store" in err and len(err.splitlines()) == 1, err
+        with pytest.raises(OutputError, match="is inside store"):
+            export_charts(store, None, folder, fmt="svg")
+    own = ["report", "--store", str(store), "--format", "svg", "--out", str(run / "report.html")]
+    assert cli.main(own) == 2 and "report-charts' is inside store" in capsys.readouterr().err
+    assert snapshot(store) == before
+    assert not (tmp_path / "r.html").exists()  # refused before the page was written
+
+
 def test_bidirectional_overrides_reach_no_page(tmp_path):
     """A class name or review holding U+202E reversed the text after it in the report (spoofing);
     pages show each override, embedding and isolate as U+FFFD."""

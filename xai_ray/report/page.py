@@ -20,8 +20,9 @@ from xai_ray.report import charts
 from xai_ray.report.blocks import Fragment, Section
 from xai_ray.report.context import Context, context
 from xai_ray.report.definition import load_definition
-from xai_ray.report.outputs import check_target, write_page
+from xai_ray.report.outputs import OutputError, check_target, write_page
 from xai_ray.report.sections import BUILDERS
+from xai_ray.store import layout
 
 FORMATS = ("png", "svg")
 
@@ -59,6 +60,8 @@ def build_report(
         raise ConfigError(f"--charts-dir and --out both name {str(out)!r}; the charts need a folder of their own")
     if charts_dir is not None and Path(charts_dir).exists() and not Path(charts_dir).is_dir():
         raise ConfigError(f"--charts-dir {str(charts_dir)!r} is not a folder; name a folder for the chart files")
+    if charts_dir is not None:
+        _check_charts_dir(store, charts_dir)
     if not isinstance(definition, dict):
         definition = load_definition(definition)
     ctx = context(store, run_id, definition, k, con=con, extra=extra)
@@ -79,9 +82,20 @@ def export_charts(
 ) -> list[Path]:
     """Every chart of the report as ``NN-section[-i].png|svg`` in ``folder`` (for slides, e-mail);
     interactive charts are drawn in their default view. Returns the files in report order."""
+    _check_charts_dir(store, folder)
     if not isinstance(definition, dict):
         definition = load_definition(definition)
     return _write_charts(build_sections(context(store, run_id, definition, k)), Path(folder), fmt)
+
+
+def _check_charts_dir(store: str | Path, folder: str | Path) -> None:
+    """Refuse, before the work, a chart folder among the store's own files (``--out`` is refused
+    there already): charts were written into ``runs/`` and into a run's Parquet ``docs/`` folder."""
+    if layout.is_page_of(store, Path(folder) / "chart.png") is False:
+        raise OutputError(
+            f"--charts-dir {str(folder)!r} is inside store {str(store)!r}, whose files are its data; "
+            "write the charts outside the store (with --out inside a run, name --charts-dir too)"
+        )
 
 
 def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]:
