@@ -233,6 +233,30 @@ def test_an_out_holding_a_model_this_job_did_not_write_is_refused(tmp_path, tiny
     assert hashlib.sha256((base / "model.safetensors").read_bytes()).hexdigest() == weights
 
 
+def test_an_out_that_is_a_store_a_file_or_a_folder_of_the_users_is_refused_before_the_data(
+    tmp_path, tiny_bert_dir, capsys
+):
+    """A store given as --out got config.json, model.safetensors and tokenizer files beside its
+    runs/; a user's folder had its tokenizer.json replaced; a file was refused only after the data
+    was read and tokenized."""
+    store = tmp_path / "store"
+    (store / "runs").mkdir(parents=True)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "tokenizer.json").write_text("{}")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    missing = str(tmp_path / "no-such-corpus.parquet")  # never read: each is refused first
+    for out, words in (
+        (store, "is an xai-ray store"),
+        (mine, "holds files this job did not write"),
+        (afile, "is a file"),
+    ):
+        message = _fail(capsys, ["finetune", "--base", tiny_bert_dir, "--data", missing, "--out", str(out)])
+        assert words in message and "give a new or empty folder" in message, message
+    assert sorted(p.name for p in store.iterdir()) == ["runs"] and (mine / "tokenizer.json").read_text() == "{}"
+
+
 def test_a_checkpoint_of_another_job_is_not_resumed(tmp_path):
     out = tmp_path / "m"
     (out / "_checkpoints").mkdir(parents=True)

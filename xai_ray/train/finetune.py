@@ -277,11 +277,19 @@ def _check_out(out: Path, base: Path) -> None:
     ``metrics.json`` or checkpoints, is written again or resumed)."""
     if base.is_dir() and out == base.resolve():
         raise FinetuneError(f"--out {str(out)!r} is the base model's folder: its weights would be overwritten")
+    if out.exists() and not out.is_dir():  # refused here, not after the data is read and tokenized
+        raise FinetuneError(f"--out {str(out)!r} is a file, not a folder; give a new or empty folder")
     ours = (out / "metrics.json").is_file() or (out / CHECKPOINTS).is_dir()
     if (out / "config.json").is_file() and not ours:
         raise FinetuneError(
             f"--out {str(out)!r} holds a model this job did not write (its config.json); give a new or empty folder"
         )
+    # a store, or any folder of the user's: the model's files (tokenizer.json, config.json...) would
+    # land among them, over same-named ones
+    if out.is_dir() and not ours and any(out.iterdir()):
+        kind = "an xai-ray store" if (out / "runs").is_dir() or (out / "_staging").is_dir() else "a folder that"
+        held = "" if kind.startswith("an") else " holds files this job did not write"
+        raise FinetuneError(f"--out {str(out)!r} is {kind}{held}; give a new or empty folder")
 
 
 def _write_model(checkpoint, out: Path, tokenizer) -> dict:
