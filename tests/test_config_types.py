@@ -55,6 +55,8 @@ WRONG = [
     ("methods=[1, 2]", ["methods", "list of names"]),
     ("methods=raw,rollout,raw", ["methods names raw more than once"]),  # a second copy's columns clash
     ("extra=[1]", ["extra", "mapping"]),
+    ("extra={c: .nan}", ["extra must hold finite numbers only"]),  # the manifest's JSON said NaN
+    ("extra={a: [1, -.inf]}", ["extra must hold finite numbers only"]),
     ("seed=1" + "0" * 400, ["seed", "beyond any setting's range"]),  # was an OverflowError's traceback
     ("max_error_share=-1" + "0" * 400, ["max_error_share", "beyond any setting's range"]),
     # not a key, not a plain YAML value

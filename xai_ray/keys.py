@@ -100,6 +100,10 @@ def check(name: str, value, annotation: str, rule: Rule | None = None):
     else:
         beyond = " (beyond any setting's range)" if isinstance(value, int) and abs(value) > LARGEST else ""
         raise ConfigError(f"{name} must be {_a(type_name(annotation))}{beyond}, got {_shown(value)}")
+    if isinstance(converted, dict) and _has_non_finite(converted):
+        # the manifest is JSON, which has no NaN or infinity: json.dumps wrote NaN, which jq and
+        # JavaScript refuse to read
+        raise ConfigError(f"{name} must hold finite numbers only (no .nan or .inf), got {_shown(converted)}")
     if rule is not None and rule.nonempty and isinstance(converted, str) and not converted.strip():
         raise ConfigError(f"{name} must not be empty")
     if rule is not None and not (isinstance(converted, tuple) or rule.holds(converted)):
@@ -144,6 +148,14 @@ def _text_keys(value):
     if isinstance(value, list):
         return [_text_keys(item) for item in value]
     return value
+
+
+def _has_non_finite(value) -> bool:
+    if isinstance(value, dict):
+        return any(_has_non_finite(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(item) for item in value)
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _number(value):
