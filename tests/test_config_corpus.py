@@ -147,6 +147,8 @@ def test_cli_reports_user_errors_without_traceback(tmp_path, capsys, monkeypatch
     assert "unknown method 'bogus'" in capsys.readouterr().err
     assert cli.main(["topk", "--store", str(tmp_path / "empty")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["run", "--config", str(tmp_path)]) == 2  # a folder is there: it is not missing
+    assert f"config file {str(tmp_path)!r} is a folder; name the YAML file itself" in capsys.readouterr().err
 
 
 def test_decoder_and_pickle_only_models_are_refused(tmp_path):

@@ -310,6 +310,8 @@ def read_yaml(path: str | Path, what: str = "config file") -> dict:
     """The mapping a YAML file holds, read by ``keys.PlainLoader``; ``what`` the file is, for the one
     sentence of ConfigError when it cannot be (missing, not UTF-8, not plain YAML, not a mapping)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a folder; name the YAML file itself")
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r} does not exist")
     raw = path.read_bytes()
