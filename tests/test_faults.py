@@ -309,7 +309,10 @@ def test_a_stray_copy_of_a_part_is_not_read_as_more_rows(tmp_path, batches):
     for folder in ("docs", "token_scores"):
         shutil.copy(run / folder / "part-0.parquet", run / folder / "part-0 (copy).parquet")
     assert open_store(tmp_path).execute(count).fetchone() == before
-    shutil.rmtree(run / "_parts")  # no records: every file is the run's
+    for folder in ("docs", "token_scores"):  # a copy under a name a writer gives, with no record
+        shutil.copy(run / folder / "part-0.parquet", run / folder / "part-1.parquet")
+    assert open_store(tmp_path).execute(count).fetchone() == before
+    shutil.rmtree(run / "_parts")  # no records: every file under a part's name is the run's
     doubled = open_store(tmp_path).execute(count).fetchone()
     assert doubled == tuple(2 * n for n in before)
 
@@ -591,3 +594,33 @@ def test_a_manifest_that_lists_fewer_slices_than_its_parts_hold_is_refused(tmp_p
     (run / "manifest.json").write_text(json.dumps({**manifest, "slices": listed}))
     with pytest.raises(QueryError, match=rf"does not list '{first}' under 'slices', which its parts' records hold"):
         open_store(tmp_path)
+
+
+def test_copies_beside_or_below_the_whole_run_tables_are_not_read_as_more_rows(tmp_path, batches):
+    """The part records guard docs and the scores; heads, head_similarity, errors and faithfulness
+    counted a file manager's "part-whole (copy).parquet" and a copy kept in a folder below
+    (heads/old/) as more rows: a file is the run's only under a name a writer gives it, in its
+    table's own folder."""
+    import shutil
+
+    from xai_ray.methods.head_summary import HeadTotals
+
+    writer = RunWriter(tmp_path, "r", METHODS, totals=HeadTotals)
+    for batch in batches:
+        writer.write(batch)
+    writer.commit()
+    writer.write_whole("heads", writer.totals.heads_table())
+    run = writer.publish({"created_at": "x"})
+    tables = ("docs", "errors", "heads", "tokens", "words")
+    count = "select " + ", ".join(f"(select count(*) from {t})" for t in tables)
+    before = open_store(tmp_path).execute(count).fetchone()
+    assert before[2] > 0  # the heads table has rows to count twice
+    for folder in ("heads", "errors", "docs"):
+        part = next((run / folder).glob("part-*.parquet"))
+        shutil.copy(part, part.with_name(part.stem + " (copy).parquet"))
+        shutil.copy(part, part.with_name(part.stem + " copy.parquet"))
+        (run / folder / "old").mkdir()
+        shutil.copy(part, run / folder / "old" / part.name)
+    assert open_store(tmp_path).execute(count).fetchone() == before
+    shutil.rmtree(run / "_parts")  # a run copied without its records: still only its own files
+    assert open_store(tmp_path).execute(count).fetchone() == before

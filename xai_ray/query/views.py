@@ -13,6 +13,7 @@ against ``schemas.SLICE`` before they enter SQL.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,13 +225,24 @@ RECORDED = {"docs", "token_scores", "tokens", "words"}  # folders every part of 
 EMPTY_PART = "part-empty.parquet"  # what publish writes into a table no part wrote to
 
 
+PART_NAME = re.compile(r"part-[A-Za-z0-9_-]+\.parquet")  # every name a writer gives a part (part-w3f..., part-whole)
+
+
 def recorded(run: Path, info: dict, file: Path) -> bool:
-    """Whether the views read ``file`` of ``run``: in a run whose part records name its files, a
-    file of a recorded folder that no record names is a stray copy (``part-0 (copy).parquet``,
-    left by a file manager) and would count its rows again; a run without records (copied
-    without ``_parts``) is read whole."""
-    relative = file.relative_to(run).as_posix()
-    folder = relative.split("/")[0]
+    """Whether the views read ``file`` of ``run``. Left out, as stray copies that would count their
+    rows again: a file whose name no writer gives (``part-0 (copy).parquet``, ``part-whole
+    copy.parquet``, left by a file manager), one in a folder below a table's own (``heads/old/``;
+    a layout-1 slice's ``method=<m>/layer=<l>/`` is its own), and, in a run whose part records
+    name its files, a file of a recorded folder that no record names. A run without records
+    (copied without ``_parts``) is read whole."""
+    parts = file.relative_to(run).parts
+    folder = parts[0]
+    own_place = len(parts) == 2 or (
+        len(parts) == 4 and parts[1].startswith("method=") and parts[2].startswith("layer=")
+    )
+    if not own_place or not PART_NAME.fullmatch(file.name):
+        return False
+    relative = "/".join(parts)
     return folder not in RECORDED or not info["parts"] or relative in info["parts"] or file.name == EMPTY_PART
 
 
