@@ -392,6 +392,23 @@ def test_a_page_written_over_the_stores_own_files_is_refused(store, capsys):
     (store / "mine.html").unlink()
 
 
+def test_a_page_is_never_written_over_another_stores_files(store, tmp_path, capsys):
+    """Only --store's own files were protected: `report --store a --out b/runs/.../docs/part-0.parquet`
+    replaced store b's part with the page, and `explain --out` could do the same."""
+    other = tmp_path / "other"
+    write_run(other, "r2", DOCS, WORDS)
+    run = other / "runs" / "run_id=r2"
+    before = snapshot(other)
+    for target in (next((run / "docs").glob("*.parquet")), run / "manifest.json"):
+        assert cli.main(["report", "--store", str(store), "--out", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"{str(target)!r} is inside store {str(other)!r}" in err and len(err.splitlines()) == 1, err
+        with pytest.raises(OutputError, match="is inside store"):
+            Explanation("a good film", 1, [0.2, 0.8], pd.DataFrame(), page="<html>page</html>").save(target)
+    assert snapshot(other) == before
+    assert cli.main(["report", "--store", str(store), "--out", str(tmp_path / "beside.html")]) == 0
+
+
 def test_chart_files_are_never_written_among_the_stores_own_files(store, tmp_path, capsys):
     """`--charts-dir` skipped the check `--out` makes: chart images landed in `runs/` and in a
     run's Parquet `docs/` folder; with `--out` on a run's own report.html the default folder

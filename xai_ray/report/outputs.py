@@ -27,11 +27,14 @@ def check_target(out: str | Path, option: str = "--out", store: str | Path | Non
     ``store`` that is not a page's place there (``store.layout.is_page_of``): `report --out` once
     replaced a run's Parquet part with the page, and the run was lost."""
     out = Path(out)
-    if store is not None and layout.is_page_of(store, out) is False:
-        raise OutputError(
-            f"{option} {str(out)!r} is inside store {str(store)!r}, whose files are its data; write the page "
-            "outside the store (a run's own report.html is the one place inside it)"
-        )
+    # the store given, and any store whose run the target lies in (`report --store a --out
+    # b/runs/run_id=r/docs/part-0.parquet` replaced b's part with the page)
+    for owner in dict.fromkeys(s for s in (store, layout.enclosing_store(out)) if s is not None):
+        if layout.is_page_of(owner, out) is False:
+            raise OutputError(
+                f"{option} {str(out)!r} is inside store {str(owner)!r}, whose files are its data; write the page "
+                "outside the store (a run's own report.html is the one place inside it)"
+            )
     kind = not_regular(out)
     if kind == "a folder":
         raise OutputError(

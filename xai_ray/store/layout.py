@@ -205,6 +205,21 @@ def is_page_of(store: str | Path, path: str | Path) -> bool | None:
     return (run_page or night_page) and parts[2] == REPORT
 
 
+def enclosing_store(path: str | Path) -> Path | None:
+    """The store whose run ``path`` lies in (a folder above it is ``runs/run_id=<id>`` or
+    ``_staging/run_id=<id>``, the run's manifest or lock beside it), else None: what a page must
+    not be written over, whichever store a command was given."""
+    target = Path(os.path.realpath(path))
+    for folder in target.parents:
+        if (
+            folder.name.startswith(RUN_PREFIX)
+            and folder.parent.name in ("runs", "_staging")
+            and ((folder / MANIFEST).is_file() or (folder / ".lock").exists() or (folder / "_parts").is_dir())
+        ):
+            return folder.parent.parent
+    return None
+
+
 def reports_dir(store: str | Path) -> Path:
     """Where dated reports of a store go (``reports/YYYY-MM-DD/report.html``, ``reports/latest``)."""
     return Path(store) / "reports"
