@@ -169,6 +169,11 @@ def test_a_full_disk_and_ctrl_c_end_a_command_in_one_line(fault, status, sentenc
     assert cli.main(["sql", "--store", ".", "select 1"]) == status
     said = capsys.readouterr().err.strip().splitlines()
     assert len(said) == 1 and said[0].startswith(sentence), said
+    assert "--resume" not in said[0]  # a read-only command has no run to resume
+    if status == 2:  # a run's full disk points at the resume that finishes it
+        monkeypatch.setitem(entry.COMMANDS, "run", fails)
+        assert cli.main(["run", "--store", "."]) == status
+        assert "`xai-ray run --resume RUN_ID --store STORE` finishes it" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("run_id", ["", "  "])

@@ -134,6 +134,9 @@ def test_cli_explains_a_stored_review_as_its_run_scored_it(tiny_store, tmp_path,
         (["explain", "--store", "STORE", "--doc-id", "zzz", "--out", "x.html"], "no document 'zzz' in run 'r1'"),
         (["explain", "   ", "--model", "MODEL", "--out", "x.html"], "empty"),
         (["explain", "text", "--model", "MODEL", "--methods", "raw,nope", "--out", "x.html"], "unknown method"),
+        # an empty list fell back to the defaults without a word (run refuses it)
+        (["explain", "text", "--model", "MODEL", "--methods", "", "--out", "x.html"], "--methods is empty"),
+        (["explain", "--store", "STORE", "--doc-id", "a", "--methods", ",,,", "--out", "x.html"], "--methods is empty"),
     ],
 )
 def test_cli_mistakes_are_one_sentence(tiny_store, tiny_model_factory, tmp_path, capsys, argv, message):

@@ -95,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except OSError as err:
         if err.errno == errno.ENOSPC:  # a disk filled up mid-run: what was committed stays
-            print(
-                "xai-ray: no space left on the device; free some and run the command again (a run keeps its "
-                "committed parts: `xai-ray run --resume RUN_ID --store STORE` finishes it)",
-                file=sys.stderr,
+            # the resume hint only where a run was writing (sql > /dev/full got it too)
+            hint = (
+                " (a run keeps its committed parts: `xai-ray run --resume RUN_ID --store STORE` finishes it)"
+                if args.command in ("run", "nightly")
+                else ""
             )
+            print(f"xai-ray: no space left on the device; free some and run the command again{hint}", file=sys.stderr)
             return 2
         if err.filename is None:  # not about a path the user named: a real fault, keep its traceback
             raise

@@ -265,6 +265,9 @@ def cmd_explain(args) -> int:
 
     if (args.text is None) == (args.doc_id is None):
         raise ConfigError("explain takes a review text or --store with --doc-id, exactly one of them")
+    if args.methods is not None and not [m for m in args.methods.split(",") if m.strip()]:
+        # "" and ",,," fell back to the defaults without a word, where run refuses them
+        raise ConfigError("--methods is empty: name at least one method, or leave --methods out for the defaults")
     if args.doc_id is not None:
         if not args.store:
             raise ConfigError("--doc-id needs --store, the store holding the review")
