@@ -28,7 +28,9 @@ def encode(tokenizer, texts: list[str], max_length: int, truncation: str = "head
     keep = max_length - (len(full) - len(bare))
     head = prefix + keep // 4
     out = []
-    for ids in tokenizer(texts)["input_ids"]:
+    # cut below, so the tokenizer's warning that a text is longer than the model takes is noise
+    # (it reached the terminal under -q)
+    for ids in tokenizer(texts, verbose=False)["input_ids"]:
         if len(ids) > max_length:
             ids = ids[:head] + ids[len(ids) - (max_length - head) :]
         out.append(np.asarray(ids, dtype=np.int32))
