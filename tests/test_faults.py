@@ -332,8 +332,8 @@ def test_a_damaged_kept_aggregate_is_computed_again(tmp_path):
 
 
 def test_a_part_whose_columns_are_not_its_records_is_one_sentence_in_sql(tmp_path, batches, capsys):
-    """The views cannot bind (a score column its record lists is gone): a sentence, not the last
-    line of a traceback."""
+    """The views could not bind (a score column its record lists is gone): a sentence naming the
+    part and the column, not the last line of a traceback."""
     from xai_ray import cli
 
     run = publish_batches(tmp_path, batches, config={"methods": METHODS})
@@ -343,8 +343,8 @@ def test_a_part_whose_columns_are_not_its_records_is_one_sentence_in_sql(tmp_pat
     pq.write_table(table.drop_columns([dropped]), part)
     assert cli.main(["sql", "--store", str(tmp_path), "select count(*) from docs"]) == 2
     said = capsys.readouterr().err.strip().splitlines()
-    assert len(said) == 1 and said[0].startswith("xai-ray: DuckDB failed on the store (a damaged file?)"), said
-    assert dropped in said[0]
+    assert len(said) == 1 and said[0].startswith("xai-ray: run 'r' is damaged: token_scores/part-0.parquet"), said
+    assert f"it lacks the column {dropped!r} of a slice the record lists" in said[0]
 
 
 def test_a_file_or_run_folder_named_in_other_bytes_than_utf8_is_left_out(tmp_path, batches):
@@ -624,3 +624,34 @@ def test_copies_beside_or_below_the_whole_run_tables_are_not_read_as_more_rows(t
     assert open_store(tmp_path).execute(count).fetchone() == before
     shutil.rmtree(run / "_parts")  # a run copied without its records: still only its own files
     assert open_store(tmp_path).execute(count).fetchone() == before
+
+
+def test_a_part_replaced_by_another_parquet_file_is_refused(tmp_path, batches):
+    """Another valid Parquet file copied over a part kept its magic bytes, so the views read it as
+    the part: the heads table as documents (16 foreign columns in docs), another run's scores as
+    this run's (rows twice). A part's footer must hold its record's documents and slices."""
+    import shutil
+
+    writer = RunWriter(tmp_path / "a", "r", METHODS, part_rows=1)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x"})
+    other = RunWriter(tmp_path / "b", "r", ["raw"], part_rows=1)  # other slices
+    for batch in batches[:1]:
+        other.write(batch.drop_columns([c for c in batch.column_names if c.endswith("_rollout")]))
+    elsewhere = other.publish({"created_at": "x"})
+    store = tmp_path / "a"
+    whole = open_store(store).execute("select count(*) from docs").fetchone()
+    for folder, source, words in (
+        ("docs", run / "docs" / "part-0.parquet", "which the record does not list"),  # another part's docs
+        ("docs", run / "token_scores" / "part-2.parquet", "rows where the record counts"),  # another table
+        ("token_scores", run / "token_scores" / "part-0.parquet", "which the record does not list"),
+        ("token_scores", elsewhere / "token_scores" / "part-0.parquet", "lacks the column 'score:rollout"),
+    ):
+        target = run / folder / "part-2.parquet"
+        kept = target.read_bytes()
+        shutil.copy(source, target)
+        with pytest.raises(QueryError, match=rf"{folder}/part-2.parquet, which _parts/part-2.json lists, .*{words}"):
+            open_store(store)
+        target.write_bytes(kept)
+    assert open_store(store).execute("select count(*) from docs").fetchone() == whole

@@ -17,6 +17,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from xai_ray.query.limits import QueryError
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import SLICE
@@ -199,6 +202,12 @@ def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, 
             described = (frozenset(record.get("slices") or []), frozenset(record.get("shares") or []))
         except TypeError:  # its files are the run's, but what they hold is not said: read by name
             described = None
+        foreign = _foreign_file(run, record, held, described)
+        if foreign:
+            raise QueryError(
+                f"run {name!r} is damaged: {foreign[0]}, which {PARTS}/{path.name} lists, is not that part's file "
+                f"({foreign[1]}); restore the run folder from a copy, or delete it ({run}) and run it again"
+            )
         for file in record["files"]:
             found[str(file)] = described
     if found and counted is not None and type(docs) is int and counted < docs:
@@ -208,6 +217,52 @@ def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, 
             f"folder from a copy, or delete it ({run}) and run it again"
         )
     return found
+
+
+def _foreign_file(run: Path, record: dict, docs: int | None, described) -> tuple[str, str] | None:
+    """A file a record names that holds another table's rows (another Parquet file copied over it:
+    its magic bytes are whole, and the views read it as the part): (file, what is wrong), else None.
+    Read from each file's footer: a docs part holds the record's documents, a scores part the
+    record's slices."""
+    for file in record["files"]:
+        folder = str(file).split("/")[0]
+        if folder not in ("docs", TOKEN_TABLE, WORD_TABLE):
+            continue
+        try:
+            footer = pq.read_metadata(run / str(file))
+        except (OSError, pa.ArrowException) as err:
+            return str(
+                file
+            ), f"its footer cannot be read: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        names = footer.schema.names
+        if folder == "docs" and (type(docs) is int and footer.num_rows != docs or "doc_id" not in names):
+            return str(file), f"{footer.num_rows} rows where the record counts {docs} documents"
+        missing = sorted({f"score:{s}" for s in described[0]} - set(names)) if folder != "docs" and described else []
+        if missing:
+            return str(file), f"it lacks the column {missing[0]!r} of a slice the record lists"
+        outside = _ids_outside(footer, names, record["doc_ids"])
+        if outside:
+            return str(file), f"it holds document {outside!r}, which the record does not list"
+    return None
+
+
+def _ids_outside(footer, names: list[str], doc_ids: list) -> str | None:
+    """A document id a file's row groups hold (their doc_id statistics) beyond the ids its record
+    lists, judged by the record's first and last id in sorted order; None when within or unknown."""
+    if "doc_id" not in names or not doc_ids:
+        return None
+    column = names.index("doc_id")
+    ids = sorted(str(doc_id) for doc_id in doc_ids)
+    for group in range(footer.num_row_groups):
+        stats = footer.row_group(group).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            continue
+        low, high = (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in (stats.min, stats.max))
+        if max(len(low), len(high)) >= 64:  # a writer may cut long statistics short: not exact
+            continue
+        if low < ids[0] or high > ids[-1]:
+            return low if low < ids[0] else high
+    return None
 
 
 def folder_files(root: Path, runs: dict[Path, dict], source: Source) -> list[str]:
