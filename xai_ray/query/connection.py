@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xai_ray.query.limits import Limits, QueryError
-from xai_ray.query.views import SOURCES, folder_files, recorded, run_layouts, view_sql
+from xai_ray.query.run_files import recorded
+from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
 from xai_ray.store import StoreError
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import RUNS

@@ -13,18 +13,14 @@ against ``schemas.SLICE`` before they enter SQL.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from xai_ray.query.limits import QueryError
+from xai_ray.query.run_files import part_columns, recorded
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import SLICE
 from xai_ray.store.scores_v2 import TOKEN_TABLE, WORD_TABLE
-from xai_ray.store.staging import PARTS, read_record, unreadable_files
 
 
 @dataclass(frozen=True)
@@ -159,112 +155,6 @@ def _groups(files: list[str], runs: dict[Path, dict], name: str) -> dict[tuple[b
     return groups
 
 
-def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, tuple[frozenset, frozenset]]:
-    """Each file of ``run``'s committed parts (relative to the run) -> the slices it holds and
-    those whose shares it keeps, from the parts' records (``_parts/part-*.json``). Refused,
-    because the views would read the run short and say nothing:
-      - a record that cannot be read (cut short, edited): its files would count as stray copies;
-      - records that hold fewer documents than the manifest's ``docs`` count (a record deleted);
-      - a file a record names that is gone, cut short, or a symbolic link (never followed);
-      - a part written in another store layout than the manifest's ``version`` (a hand-edited
-        manifest)."""
-    found = {}
-    name = run.name.removeprefix(store_layout.RUN_PREFIX)
-    counted: int | None = 0  # the documents the records hold; None once a record does not say
-    for path in sorted((run / PARTS).glob("part-*.json")):
-        record = read_record(path)
-        if record is None:
-            raise QueryError(
-                f"run {name!r} is damaged: {PARTS}/{path.name} is not a part record (cut short or edited), "
-                f"so the rows of its part would be left out; restore the run folder from a copy, or delete it "
-                f"({run}) and run it again"
-            )
-        written = record.get("layout")
-        if isinstance(written, int) and written != version:
-            raise QueryError(
-                f"run {name!r} says store layout {version} in its manifest, but "
-                f"{PARTS}/{path.name} was written in layout {written}; restore the manifest or move the run "
-                "folder out of the store"
-            )
-        damaged = unreadable_files(run, record)
-        linked = [str(file) for file in record["files"] if (run / str(file)).is_symlink()]
-        if damaged or linked:
-            what = (
-                "is missing or not a whole Parquet file" if damaged else "is a symbolic link, which is never followed"
-            )
-            raise QueryError(
-                f"run {name!r} is damaged: {(damaged or linked)[0]}, which {PARTS}/{path.name} lists, {what}; "
-                f"restore the run folder from a copy, or delete it ({run}) and run it again"
-            )
-        held = (record.get("counts") or {}).get("docs") if isinstance(record.get("counts"), dict) else None
-        counted = counted + held if counted is not None and type(held) is int else None
-        try:
-            described = (frozenset(record.get("slices") or []), frozenset(record.get("shares") or []))
-        except TypeError:  # its files are the run's, but what they hold is not said: read by name
-            described = None
-        foreign = _foreign_file(run, record, held, described)
-        if foreign:
-            raise QueryError(
-                f"run {name!r} is damaged: {foreign[0]}, which {PARTS}/{path.name} lists, is not that part's file "
-                f"({foreign[1]}); restore the run folder from a copy, or delete it ({run}) and run it again"
-            )
-        for file in record["files"]:
-            found[str(file)] = described
-    if found and counted is not None and type(docs) is int and counted < docs:
-        raise QueryError(
-            f"run {name!r} is damaged: the part records in {PARTS} hold {counted} of the {docs} documents its "
-            "manifest counts (a record is missing, and its part's rows would be left out); restore the run "
-            f"folder from a copy, or delete it ({run}) and run it again"
-        )
-    return found
-
-
-def _foreign_file(run: Path, record: dict, docs: int | None, described) -> tuple[str, str] | None:
-    """A file a record names that holds another table's rows (another Parquet file copied over it:
-    its magic bytes are whole, and the views read it as the part): (file, what is wrong), else None.
-    Read from each file's footer: a docs part holds the record's documents, a scores part the
-    record's slices."""
-    for file in record["files"]:
-        folder = str(file).split("/")[0]
-        if folder not in ("docs", TOKEN_TABLE, WORD_TABLE):
-            continue
-        try:
-            footer = pq.read_metadata(run / str(file))
-        except (OSError, pa.ArrowException) as err:
-            return str(
-                file
-            ), f"its footer cannot be read: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
-        names = footer.schema.names
-        if folder == "docs" and (type(docs) is int and footer.num_rows != docs or "doc_id" not in names):
-            return str(file), f"{footer.num_rows} rows where the record counts {docs} documents"
-        missing = sorted({f"score:{s}" for s in described[0]} - set(names)) if folder != "docs" and described else []
-        if missing:
-            return str(file), f"it lacks the column {missing[0]!r} of a slice the record lists"
-        outside = _ids_outside(footer, names, record["doc_ids"])
-        if outside:
-            return str(file), f"it holds document {outside!r}, which the record does not list"
-    return None
-
-
-def _ids_outside(footer, names: list[str], doc_ids: list) -> str | None:
-    """A document id a file's row groups hold (their doc_id statistics) beyond the ids its record
-    lists, judged by the record's first and last id in sorted order; None when within or unknown."""
-    if "doc_id" not in names or not doc_ids:
-        return None
-    column = names.index("doc_id")
-    ids = sorted(str(doc_id) for doc_id in doc_ids)
-    for group in range(footer.num_row_groups):
-        stats = footer.row_group(group).column(column).statistics
-        if stats is None or not stats.has_min_max:
-            continue
-        low, high = (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in (stats.min, stats.max))
-        if max(len(low), len(high)) >= 64:  # a writer may cut long statistics short: not exact
-            continue
-        if low < ids[0] or high > ids[-1]:
-            return low if low < ids[0] else high
-    return None
-
-
 def folder_files(root: Path, runs: dict[Path, dict], source: Source) -> list[str]:
     """The Parquet files of ``source``: its folder in the runs of its layouts (``recorded``)."""
     return sorted(
@@ -274,31 +164,6 @@ def folder_files(root: Path, runs: dict[Path, dict], source: Source) -> list[str
         for f in store_layout.store_files(root, run / source.folder, "*.parquet")
         if recorded(run, info, f)
     )
-
-
-RECORDED = {"docs", "token_scores", "tokens", "words"}  # folders every part of which a part record names
-EMPTY_PART = "part-empty.parquet"  # what publish writes into a table no part wrote to
-
-
-PART_NAME = re.compile(r"part-[A-Za-z0-9_-]+\.parquet")  # every name a writer gives a part (part-w3f..., part-whole)
-
-
-def recorded(run: Path, info: dict, file: Path) -> bool:
-    """Whether the views read ``file`` of ``run``. Left out, as stray copies that would count their
-    rows again: a file whose name no writer gives (``part-0 (copy).parquet``, ``part-whole
-    copy.parquet``, left by a file manager), one in a folder below a table's own (``heads/old/``;
-    a layout-1 slice's ``method=<m>/layer=<l>/`` is its own), and, in a run whose part records
-    name its files, a file of a recorded folder that no record names. A run without records
-    (copied without ``_parts``) is read whole."""
-    parts = file.relative_to(run).parts
-    folder = parts[0]
-    own_place = len(parts) == 2 or (
-        len(parts) == 4 and parts[1].startswith("method=") and parts[2].startswith("layer=")
-    )
-    if not own_place or not PART_NAME.fullmatch(file.name):
-        return False
-    relative = "/".join(parts)
-    return folder not in RECORDED or not info["parts"] or relative in info["parts"] or file.name == EMPTY_PART
 
 
 def manifest_slices(manifest: dict) -> list[tuple[str, int]]:
