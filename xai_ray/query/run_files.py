@@ -86,36 +86,35 @@ def _foreign_file(run: Path, record: dict, docs: int | None, described) -> tuple
     """A file a record names that holds another table's rows (another Parquet file copied over it:
     its magic bytes are whole, and the views read it as the part): (file, what is wrong), else None.
     Read from each file's footer: a docs part holds the record's documents, a scores part the
-    record's slices."""
-    for file in record["files"]:
-        folder = str(file).split("/")[0]
+    record's slices, and neither a document id outside the record's."""
+    ids = [str(doc_id) for doc_id in record["doc_ids"]]
+    first, last = (min(ids), max(ids)) if ids else (None, None)
+    for file in map(str, record["files"]):
+        folder = file.split("/")[0]
         if folder not in ("docs", TOKEN_TABLE, WORD_TABLE):
             continue
         try:
-            footer = pq.read_metadata(run / str(file))
+            footer = pq.read_metadata(run / file)
         except (OSError, pa.ArrowException) as err:
-            return str(
-                file
-            ), f"its footer cannot be read: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+            return file, f"its footer cannot be read: {(str(err).splitlines() or [type(err).__name__])[0]}"
         names = footer.schema.names
         if folder == "docs" and (type(docs) is int and footer.num_rows != docs or "doc_id" not in names):
-            return str(file), f"{footer.num_rows} rows where the record counts {docs} documents"
+            return file, f"{footer.num_rows} rows where the record counts {docs} documents"
         missing = sorted({f"score:{s}" for s in described[0]} - set(names)) if folder != "docs" and described else []
         if missing:
-            return str(file), f"it lacks the column {missing[0]!r} of a slice the record lists"
-        outside = _ids_outside(footer, names, record["doc_ids"])
+            return file, f"it lacks the column {missing[0]!r} of a slice the record lists"
+        outside = _ids_outside(footer, names, first, last) if ids else None
         if outside:
-            return str(file), f"it holds document {outside!r}, which the record does not list"
+            return file, f"it holds document {outside!r}, which the record does not list"
     return None
 
 
-def _ids_outside(footer, names: list[str], doc_ids: list) -> str | None:
-    """A document id a file's row groups hold (their doc_id statistics) beyond the ids its record
-    lists, judged by the record's first and last id in sorted order; None when within or unknown."""
-    if "doc_id" not in names or not doc_ids:
+def _ids_outside(footer, names: list[str], first: str, last: str) -> str | None:
+    """A document id a file's row groups hold (their doc_id statistics) outside ``first``..``last``,
+    the record's smallest and largest ids; None when within or unknown."""
+    if "doc_id" not in names:
         return None
     column = names.index("doc_id")
-    ids = sorted(str(doc_id) for doc_id in doc_ids)
     for group in range(footer.num_row_groups):
         stats = footer.row_group(group).column(column).statistics
         if stats is None or not stats.has_min_max:
@@ -123,15 +122,13 @@ def _ids_outside(footer, names: list[str], doc_ids: list) -> str | None:
         low, high = (v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in (stats.min, stats.max))
         if max(len(low), len(high)) >= 64:  # a writer may cut long statistics short: not exact
             continue
-        if low < ids[0] or high > ids[-1]:
-            return low if low < ids[0] else high
+        if low < first or high > last:
+            return low if low < first else high
     return None
 
 
 RECORDED = {"docs", "token_scores", "tokens", "words"}  # folders every part of which a part record names
 EMPTY_PART = "part-empty.parquet"  # what publish writes into a table no part wrote to
-
-
 PART_NAME = re.compile(r"part-[A-Za-z0-9_-]+\.parquet")  # every name a writer gives a part (part-w3f..., part-whole)
 
 
