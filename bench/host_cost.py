@@ -52,6 +52,7 @@ from xai_ray.methods import AttentionOptions, get_method  # noqa: E402
 from xai_ray.pipeline.writing import docs_per_part  # noqa: E402
 from xai_ray.scoring.rows import review_meta, row_schema, score_arrays, table_of  # noqa: E402
 from xai_ray.scoring.segments import MergedBatch  # noqa: E402
+from xai_ray.scoring.text_columns import Vocabulary, text_columns  # noqa: E402
 from xai_ray.store.files import write_parquet  # noqa: E402
 from xai_ray.store.parts import ROW_GROUP_ROWS  # noqa: E402
 from xai_ray.store.schemas import LAYOUT  # noqa: E402
@@ -79,8 +80,24 @@ def synthetic(n_docs: int, n_layers: int, seed: int) -> dict:
         starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]])
         offsets = [(0, 0)] + [(int(starts[w]), int(starts[w] + len(words[w]))) for w in inner] + [(0, 0)]
         tokens = ["[CLS]"] + [f"t{w}" for w in inner] + ["[SEP]"]
-        docs.append({"doc_id": f"d{seed}-{d}", "text": text, "index": index, "offsets": offsets, "tokens": tokens})
+        ids = [0] + [2 + int(w) for w in inner] + [1]  # BenchTokens' ids of those tokens
+        docs.append(
+            {"doc_id": f"d{seed}-{d}", "text": text, "index": index, "offsets": offsets, "tokens": tokens, "ids": ids}
+        )
     return {"attention": fused, "attention_gradients": weighted, "docs": docs}
+
+
+class BenchTokens:
+    """The synthetic reviews' vocabulary: [CLS], [SEP], then one token per word position."""
+
+    def __len__(self) -> int:
+        return 2 + WORDS
+
+    def convert_ids_to_tokens(self, ids):
+        return [("[CLS]", "[SEP]")[i] if i < 2 else f"t{i - 2}" for i in ids]
+
+
+VOCABULARY = Vocabulary(BenchTokens())
 
 
 # ---------------------------------------------------------------- before: the per-document path, as it was
@@ -254,16 +271,23 @@ def after(batch: dict, methods, clock: dict) -> pa.Table:
         with clock_of(clock, "columns"):
             columns.update(score_arrays(name, tokens, raw, spread, merged.n_tokens, merged.n_words))
     with clock_of(clock, "columns"):
+        columns.update(
+            text_columns(
+                [doc["text"] for doc in docs],
+                [doc["ids"] for doc in docs],
+                merged.indexes,
+                merged.n_words,
+                merged.offsets,
+                VOCABULARY,
+            )
+        )
         meta = [
             review_meta(
                 doc_id=doc["doc_id"],
                 text=doc["text"],
                 label=1,
                 probs=np.array([0.25, 0.75], dtype=np.float32),
-                tokens=doc["tokens"],
-                index=doc["index"],
-                n_words=WORDS,
-                offsets=doc["offsets"],
+                n_tokens=len(doc["tokens"]),
                 n_layers=n_layers,
                 truncated=False,
                 fingerprint="bench",

@@ -34,33 +34,40 @@ def word_index(word_ids: list) -> tuple[np.ndarray, int]:
 
 def word_spans(index: np.ndarray, n_words: int, offsets) -> list[tuple[int | None, int]]:
     """Each word's (start, end) character span in the text: from its first piece's start to its
-    last piece's end (start None for a word with no offsets). One pass over the pieces in numpy:
-    a word's pieces follow one another, so each word is one run of equal indexes, reduced at once."""
+    last piece's end (start None for a word with no offsets)."""
+    starts, ends, seen = span_arrays(index, n_words, offsets)
+    if seen.all():  # every word has pieces: no None to place
+        return list(zip(starts.tolist(), ends.tolist(), strict=True))
+    return [(s if ok else None, e) for s, e, ok in zip(starts.tolist(), ends.tolist(), seen.tolist(), strict=True)]
+
+
+def span_arrays(index: np.ndarray, n_words: int, offsets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``word_spans`` as (W,) arrays: starts, ends, and whether the word has pieces (a word
+    without has start 0 and end 0 here). One pass over the pieces in numpy: a word's pieces
+    follow one another, so each word is one run of equal indexes, reduced at once."""
     index = np.asarray(index, dtype=np.int64)
     keep = index >= 0
-    if n_words == 0 or not keep.any():
-        return [(None, 0)] * n_words
-    spans = _pairs(offsets)[keep]  # (pieces, 2)
-    words = index[keep]
     starts = np.full(n_words, np.iinfo(np.int64).max)
     ends = np.zeros(n_words, dtype=np.int64)
+    seen = np.zeros(n_words, dtype=bool)
+    if n_words == 0 or not keep.any():
+        return np.zeros(n_words, dtype=np.int64), ends, seen
+    spans = start_end_pairs(offsets)[keep]  # (pieces, 2)
+    words = index[keep]
     runs = np.flatnonzero(np.r_[True, words[1:] != words[:-1]])  # where each run of one word begins
     ids = words[runs]
-    one_run = bool((ids[1:] > ids[:-1]).all())  # increasing: no word in two runs
-    if one_run:  # every word in one run (a tokenizer's order): reduce each run
+    if bool((ids[1:] > ids[:-1]).all()):  # increasing, every word in one run (a tokenizer's order)
         starts[ids] = np.minimum.reduceat(spans[:, 0], runs)
         ends[ids] = np.maximum.reduceat(spans[:, 1], runs)
     else:  # a word's pieces apart: gather them wherever they are
         np.minimum.at(starts, words, spans[:, 0])
         np.maximum.at(ends, words, spans[:, 1])
-    if one_run and len(ids) == n_words:  # every word has pieces: no None to place
-        return list(zip(starts.tolist(), ends.tolist(), strict=True))
-    seen = np.zeros(n_words, dtype=bool)
     seen[words] = True
-    return [(s if ok else None, e) for s, e, ok in zip(starts.tolist(), ends.tolist(), seen.tolist(), strict=True)]
+    starts[~seen] = 0
+    return starts, ends, seen
 
 
-def _pairs(offsets) -> np.ndarray:
+def start_end_pairs(offsets) -> np.ndarray:
     """(n, 2) int64 from a tokenizer's list of (start, end) tuples (or an array): one iterator over
     the flat ints, half the time of ``np.asarray`` on tuples."""
     if isinstance(offsets, np.ndarray):

@@ -34,6 +34,7 @@ from xai_ray.scoring.rows import (
     table_of,
 )
 from xai_ray.scoring.settings import ScorerConfig
+from xai_ray.scoring.text_columns import Vocabulary, text_columns
 from xai_ray.words import merge_batch
 
 log = logging.getLogger("xai_ray.scoring.actor")
@@ -72,6 +73,7 @@ class Scorer:
             sys.modules["transformers"].logging.disable_progress_bar()
         self.tokenizer.padding_side = "right"  # per-document slices [:n] assume real tokens come first
         self.specials = segments.special_tokens(self.tokenizer)  # read once, not once a review
+        self.vocabulary = Vocabulary(self.tokenizer)  # every token's text, taken for a batch at once
         self.token_budget = config.run.max_tokens_per_batch
         self.max_length = min(config.run.max_length, _model_limit(self.tokenizer, self.model))
         self.options = config.attention_options()
@@ -247,6 +249,16 @@ class Scorer:
             raw, spread = merge_batch(tokens, merged.word_index(tokens.device), merged.n_words_max, method.signed)
             columns.update(score_arrays(name, tokens, raw, spread, merged.n_tokens, merged.n_words))
             method_s[name] = (time.perf_counter() - begun) / len(scored)
+        columns.update(
+            text_columns(
+                [texts[i] for i in scored],
+                merged.token_ids,
+                merged.indexes,
+                merged.n_words,
+                merged.offsets,
+                self.vocabulary,
+            )
+        )
         meta = []
         for d, i in enumerate(scored):
             seg = plans[i]
@@ -255,10 +267,7 @@ class Scorer:
                 text=texts[i],
                 label=labels[i],
                 probs=review_probs[i],
-                tokens=self.tokenizer.convert_ids_to_tokens(merged.token_ids[d]),
-                index=merged.indexes[d],
-                n_words=int(merged.n_words[d]),
-                offsets=merged.offsets[d],
+                n_tokens=int(merged.n_tokens[d]),
                 n_layers=n_layers,
                 truncated=seg.truncated,
                 fingerprint=self.info["fingerprint"],
@@ -321,10 +330,12 @@ class Scorer:
 
     def _evaluate(self, meta: list[dict], columns: dict, model_inputs: dict, inputs: list[int]) -> None:
         """Faithfulness of the scored reviews (``--evaluate``), each from its one model input
-        (batch rows ``inputs``); the metrics read each review's token scores back from its column."""
+        (batch rows ``inputs``); the metrics read each review's word index and token scores back
+        from their columns."""
         if self.evaluator is None:
             return
         for d, row in enumerate(meta):
+            row["word_index"] = columns["word_index"][d].values.to_numpy(zero_copy_only=False)
             for name in self.evaluator.methods:
                 row[f"scores_{name}"] = columns[f"scores_{name}"][d].values.to_numpy(zero_copy_only=False)
         self.evaluator.add_metrics(meta, *(model_inputs[k][inputs] for k in ("input_ids", "attention_mask")))

@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 
 from xai_ray.scoring.evaluation import FAITHFULNESS_FIELDS
-from xai_ray.words import join_contractions, merge_scores, normalise, with_marks, word_spans
+from xai_ray.words import merge_scores, normalise
 
 ROW_FIELDS = [
     pa.field("doc_id", pa.string()),
@@ -122,34 +122,23 @@ def review_meta(
     text: str,
     label,
     probs: np.ndarray,
-    tokens: list[str],
-    index: np.ndarray,
-    n_words: int,
-    offsets,
+    n_tokens: int,
     n_layers: int,
     truncated: bool,
     fingerprint: str,
     forward_s: float,
 ) -> dict:
-    """The columns of a scored document besides its methods' scores: prediction, tokens, words
-    (cut from the text by the tokenizer's offsets, contractions joined back)."""
-    spans = with_marks(word_spans(index, n_words, offsets), text)
-    words = [text[s:e].strip() if s is not None else "" for s, e in spans]
-    word_span, word_joined = join_contractions(words, spans, text)
+    """The columns of a scored document besides its methods' scores and its tokens and words
+    (``text_columns``, built for the whole batch): its prediction, sizes and timings."""
     return {
         "doc_id": doc_id,
         "text": text,
         "label": label,
         "pred": int(probs.argmax()),
         "probs": probs,
-        "n_tokens": len(tokens),
+        "n_tokens": n_tokens,
         "n_layers": n_layers,
         "truncated": truncated,
-        "tokens": tokens,
-        "word_index": index,
-        "words": words,
-        "word_span": word_span,
-        "word_joined": word_joined,
         "error": None,
         "model_fingerprint": fingerprint,
         "seconds": {"forward": forward_s},
