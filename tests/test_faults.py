@@ -13,10 +13,12 @@ import json
 import os
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 
+from xai_ray import cli
 from xai_ray.query.connection import QueryError, open_store
 from xai_ray.store import StoreError, files
 from xai_ray.store.layout import run_dir, staging_dir
@@ -645,7 +647,11 @@ def test_a_part_replaced_by_another_parquet_file_is_refused(tmp_path, batches):
     for folder, source, words in (
         ("docs", run / "docs" / "part-0.parquet", "which the record does not list"),  # another part's docs
         ("docs", run / "token_scores" / "part-2.parquet", "rows where the record counts"),  # another table
-        ("token_scores", run / "token_scores" / "part-0.parquet", "which the record does not list"),
+        (
+            "token_scores",
+            run / "token_scores" / "part-0.parquet",
+            "(rows where the record counts|which the record does not)",
+        ),
         ("token_scores", elsewhere / "token_scores" / "part-0.parquet", "lacks the column 'score:rollout"),
     ):
         target = run / folder / "part-2.parquet"
@@ -655,3 +661,76 @@ def test_a_part_replaced_by_another_parquet_file_is_refused(tmp_path, batches):
             open_store(store)
         target.write_bytes(kept)
     assert open_store(store).execute("select count(*) from docs").fetchone() == whole
+
+
+def test_a_scores_or_errors_part_replaced_by_one_of_other_rows_over_the_same_documents_is_refused(tmp_path, batches):
+    """A part swapped for another run's over the same documents kept every id in range: its rows
+    (fewer tokens, other errors) were read as this run's without a word."""
+    import shutil
+
+    writer = RunWriter(tmp_path / "a", "r", METHODS, part_rows=1)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x"})
+    other = RunWriter(tmp_path / "b", "r", METHODS, part_rows=1)
+    other.write(batches[2].slice(0, 1))  # the first of part 2's two documents: its tokens only
+    two_errors = pa.concat_tables([batches[4], batches[4].set_column(0, "doc_id", pa.array(["bad2"]))])
+    other.write(two_errors)
+    elsewhere = other.publish({"created_at": "x"})
+    store = tmp_path / "a"
+    errors_part = next(p for p in (run / "errors").glob("part-*.parquet") if pq.read_metadata(p).num_rows)
+    other_errors = next(p for p in (elsewhere / "errors").glob("part-*.parquet") if pq.read_metadata(p).num_rows)
+    for target, source, words in (
+        (run / "token_scores" / "part-2.parquet", elsewhere / "token_scores" / "part-0.parquet", "rows where"),
+        (errors_part, other_errors, "2 rows where the record counts 1"),
+    ):
+        kept = target.read_bytes()
+        shutil.copy(source, target)
+        with pytest.raises(QueryError, match=rf"{target.parent.name}/{target.name}, which .* lists, .*{words}"):
+            open_store(store)
+        target.write_bytes(kept)
+    assert open_store(store).execute("select count(*) from errors").fetchone() == (1,)
+
+
+def test_a_recorded_part_below_a_linked_table_folder_is_refused_not_read_short(tmp_path, batches):
+    import shutil
+
+    run = publish_batches(tmp_path / "s", batches)
+    shutil.move(run / "token_scores", tmp_path / "kept")
+    (run / "token_scores").symlink_to(tmp_path / "kept")
+    with pytest.raises(QueryError, match=r"token_scores/part-0.parquet, which _parts/part-0.json lists, is a symbolic"):
+        open_store(tmp_path / "s")
+
+
+def test_a_damaged_run_stops_neither_a_command_about_another_run_nor_that_runs_aggregates(tmp_path, batches, capsys):
+    """Every view holds every run, so one damaged run refuses them all; a stage or command about
+    one run opens only it (the aggregate stage of a new run used to fail after all its scoring)."""
+    from xai_ray.pipeline import aggregate
+
+    store = tmp_path / "s"
+    n_layers = batches[0].column("n_layers")[0].as_py()
+    model = {"n_layers": n_layers, "labels": {"0": "neg", "1": "pos"}}
+    publish_batches(store, batches, model=model, config={"methods": METHODS})
+    damaged = RunWriter(store, "old", METHODS)
+    damaged.write(batches[0])
+    part = next((damaged.publish({"created_at": "w"}) / "docs").glob("part-*.parquet"))
+    part.write_bytes(part.read_bytes()[:100])
+    with pytest.raises(QueryError, match="run 'old' is damaged"):
+        open_store(store)
+    assert open_store(store, runs=["r"]).execute("select count(distinct run_id) from docs").fetchone() == (1,)
+    assert aggregate(store, "r", k=3)["method"] in METHODS
+    assert (
+        cli.main(["topk", "--store", str(store), "--run", "r", "--method", "raw", "--k", "2", "--format", "csv"]) == 0
+    )
+    assert len(capsys.readouterr().out.splitlines()) == 3  # a header and two words
+    with pytest.raises(QueryError, match=r"no run 'gone' in the store; runs: "):
+        open_store(store, runs=["gone"])
+
+
+def test_a_run_folder_renamed_to_a_name_the_engine_decodes_is_refused(tmp_path, batches):
+    # DuckDB reads the run from the folder's name and decodes %2d as '-': the views said run
+    # 'exp-1' where runs said 'exp%2d1', and topk found no rows
+    run = publish_batches(tmp_path / "s", batches)
+    run.rename(run.parent / "run_id=exp%2d1")
+    with pytest.raises(StoreError, match=r"run_id=exp%2d1' holds a name no run is given"):
+        open_store(tmp_path / "s")

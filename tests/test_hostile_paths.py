@@ -470,3 +470,11 @@ def test_a_store_below_a_key_value_folder_is_refused_not_misread(folder, tmp_pat
     shutil.move(root, moved)
     labels = {d["doc_id"]: d.get("label") for d in DOCS}
     assert dict(open_store(moved).execute("select doc_id, label from docs").fetchall()) == labels
+
+
+def test_a_new_store_through_a_link_to_a_key_value_folder_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "lake" / "dt=2024-01-01").mkdir(parents=True)
+    (tmp_path / "lk").symlink_to(tmp_path / "lake" / "dt=2024-01-01")
+    with pytest.raises(StoreError, match="lies below a folder named 'dt=2024-01-01'"):
+        check_store(tmp_path / "lk" / "store")
+    assert list((tmp_path / "lake" / "dt=2024-01-01").iterdir()) == []

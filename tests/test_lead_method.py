@@ -81,3 +81,38 @@ def test_a_notebook_runs_topk_leads_with_the_method_the_command_line_leads_with(
     shown = Run.load(str(tmp_path)).topk(k=3, min_docs=1)
     assert shown["word"].tolist() == [line.split(",")[2] for line in said.out.splitlines()[1:]]
     assert shown["word"].tolist() == Run.load(str(tmp_path)).topk(method="norm", k=3, min_docs=1)["word"].tolist()
+
+
+def test_the_lead_is_ranked_at_the_layer_it_is_shown_at_not_its_best():
+    """raw's first layer agrees with the rationales best, but topk and the report show a method's
+    last layer, where grad_rollout is ahead: raw led and was shown below grad_rollout."""
+    rows = (
+        _values("raw", 1, "auprc", [0.83, 0.84])  # raw's best layer
+        + _values("raw", 6, "auprc", [0.45, 0.46])  # raw's last layer: what is shown
+        + _values("grad_rollout", 1, "auprc", [0.52, 0.53])
+        + _values("grad_rollout", 6, "auprc", [0.48, 0.48])
+        + _values("input_x_gradient", None, "auprc", [0.2, 0.2])
+    )
+    method, why = lead_method(_con(rows), "r", ["raw", "grad_rollout", "input_x_gradient"])
+    assert method == "grad_rollout" and "last layer" in why
+
+
+def test_a_method_without_layers_shows_its_agreement_beside_its_faithfulness():
+    """The evaluation keeps input x gradient at no layer, plausibility at the last layer (its
+    stored words): the leaderboard said n/a beside it."""
+    from xai_ray.report.leaderboard import with_beside
+
+    board = pd.DataFrame({"method": ["input_x_gradient", "raw"], "layer": [None, 6]}).astype({"layer": "Int32"})
+    board.attrs["metric"] = "comprehensiveness_aopc"
+    summary = pd.DataFrame(
+        {
+            "method": ["input_x_gradient", "raw", "random"],
+            "layer": pd.array([6, 6, None], dtype="Int32"),
+            "metric": ["auprc"] * 3,
+            "mean": [0.579, 0.4, 0.5],
+            "lo": [0.5, 0.3, 0.45],
+            "hi": [0.65, 0.5, 0.55],
+        }
+    )
+    shown = with_beside(board, summary)
+    assert shown["auprc"].tolist() == ["0.579 [0.500, 0.650] (1.16x random)", "0.400 [0.300, 0.500] (0.80x random)"]

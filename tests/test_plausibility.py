@@ -92,6 +92,9 @@ def test_the_three_rationale_forms_give_one_mask():
         ([[5, 5]], "chars", "rationale span [5, 5] is outside"),
         ([[1, 2, 3]], "tokens", "is not a [start, end] pair"),
         ([["a", "b"]], "tokens", "is not a [start, end] pair"),
+        ("[[0, Infinity]]", "tokens", "is not a [start, end] pair"),  # JSON text may hold these
+        ("[[NaN, 2]]", "chars", "is not a [start, end] pair"),
+        ([[float("nan"), 2.0]], "tokens", "is not a [start, end] pair"),  # a Parquet list<list<double>>
         ("not json", "tokens", "is not JSON"),
         ({"spans": [[1, 2]]}, "tokens", "rationale is a dict"),
         (None, "tokens", "rationale is null"),

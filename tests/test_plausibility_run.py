@@ -121,6 +121,12 @@ def test_the_report_ranks_a_rationale_only_run_by_auprc(plausible_store):
     assert "Leaderboard: AUPRC against human rationales" in page
     assert "ranked by AUPRC against the human rationales" in page
     assert re.search(r"<td>rollout, layer \d \([a-z, ]+\)</td><td>0\.\d{3} \[", page)
+    # its section speaks of agreement, with its three metrics in the table, not of perturbations
+    assert "Agreement of each method with human rationales" in page and "of a review's tokens" not in page
+    table = page[page.index("<table class='faithfulness'>") :]
+    table = table[: table.index("</table>")]
+    assert "<th>auprc (higher is better)</th><th>token_f1@rationale" in table
+    assert "comprehensiveness" not in table and re.search(r"<td>rollout</td><td>2</td><td>0\.\d{3} \[", table)
 
 
 def test_rationales_are_read_as_screening_reads_the_rows(tmp_path):
@@ -197,3 +203,34 @@ def test_rationales_are_read_by_the_corpus_reader_whatever_the_file_holds(tmp_pa
     array = tmp_path / "a.json"
     array.write_text('[{"id": "x", "text": "a b", "why": [1, 1]}, "oops", {"id": "y", "text": "c d", "why": [1, 0]}]')
     assert read(array) == {"x": [1, 1], "y": [1, 0]}
+
+
+def test_a_review_that_fails_in_an_unforeseen_way_is_an_error_row_and_the_others_are_scored(monkeypatch):
+    """An Infinity in a JSON rationale stopped the whole stage (OverflowError): no review got its
+    metrics. Any failure of one review is now that review's error row."""
+    from xai_ray.pipeline.plausibility import score_run
+
+    words = pd.DataFrame(
+        {
+            "doc_id": ["a", "a", "b", "b"],
+            "text": ["good film"] * 2 + ["bad film"] * 2,
+            "method": ["raw"] * 4,
+            "layer": [1] * 4,
+            "word": ["good", "film", "bad", "film"],
+            "raw_score": [0.7, 0.3, 0.6, 0.4],
+        }
+    )
+    metrics, errors = score_run(words, {"a": "[[0, Infinity]]", "b": [1, 0]}, "tokens")
+    assert errors.column("doc_id").to_pylist() == ["a"] and "[start, end] pair" in errors.column("reason")[0].as_py()
+    assert set(metrics.column("doc_id").to_pylist()) == {"b"}
+    real = pl.review_rows
+
+    def broken(rankings, gold, gold_spans=None):
+        if len(gold) == 2 and gold[1]:
+            raise ZeroDivisionError("a case nobody foresaw")
+        return real(rankings, gold, gold_spans=gold_spans)
+
+    monkeypatch.setattr(pl, "review_rows", broken)
+    metrics, errors = score_run(words, {"a": [0, 1], "b": [1, 0]}, "tokens")
+    assert errors.column("reason").to_pylist() == ["plausibility failed: ZeroDivisionError: a case nobody foresaw"]
+    assert set(metrics.column("doc_id").to_pylist()) == {"b"}

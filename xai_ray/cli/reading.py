@@ -179,7 +179,8 @@ def cmd_topk(args) -> int:
     from xai_ray.store.remote import local_store
 
     limits = limits_of(args)
-    con = open_store(local_store(args.store), limits=limits)
+    runs = None if args.run_id is None else [args.run_id]  # another run's damage does not stop it
+    con = open_store(local_store(args.store), limits=limits, runs=runs)
     with limited(con, limits.timeout_s):
         method = args.method
         if method is None:  # the run's own leaderboard decides

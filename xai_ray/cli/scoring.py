@@ -95,8 +95,11 @@ def cmd_run(args) -> int:
         cfg = config.resolve(args.config, given, args.sets)
     result = pipeline.run(cfg)  # the one path, for a folder or a store URI (api.run too)
     counts = result.manifest["counts"]
+    rationales = (  # the rationales that could not be read: in the errors view, stage plausibility
+        f", {counts['plausibility_errors']} rationale errors" if counts.get("plausibility_errors") else ""
+    )
     print(
-        f"run {result.run_id}: {counts['docs']} documents scored, {counts['errors']} errors, "
+        f"run {result.run_id}: {counts['docs']} documents scored, {counts['errors']} errors{rationales}, "
         f"{result.manifest['timings']['docs_per_s']} docs/s -> {result.run_dir}"
     )
     if result.report:

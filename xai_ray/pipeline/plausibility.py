@@ -79,24 +79,12 @@ def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) 
     for doc_id, doc in words.groupby("doc_id", sort=True):
         if doc_id not in rationales:
             continue
-        text = doc["text"].iloc[0]
         try:
-            gold, spans = plausibility.rationale_spans(rationales[doc_id], text, units)
+            metrics += _review_rows(doc_id, doc, rationales[doc_id], units, seed)
         except plausibility.RationaleError as err:  # recorded per row, the job goes on
             errors.append((doc_id, str(err)))
-            continue
-        rankings, seen = [], None
-        for (method, layer), scored in doc.groupby(["method", "layer"], sort=True):
-            words = scored["word"].tolist()
-            starts = plausibility.word_starts(words, text)
-            lengths = [len(word) for word in words]
-            per_token, seen = plausibility.token_scores(scored["raw_score"].to_numpy(float), starts, text, lengths)
-            rankings.append((method, int(layer), per_token[0]))
-        rankings = [(m, layer, s[seen]) for m, layer, s in rankings]
-        rankings.append((RANDOM, None, random_scores(doc_id, int(seen.sum()), seed)))
-        spans = plausibility.spans_within(spans, seen)
-        for method, layer, metric, value in plausibility.review_rows(rankings, gold[seen], gold_spans=spans):
-            metrics.append((doc_id, method, layer, metric, None if np.isnan(value) else float(value)))
+        except Exception as err:  # a review this code did not foresee: recorded too, never the whole stage
+            errors.append((doc_id, f"plausibility failed: {type(err).__name__}: {err}"))
     table = (
         pa.table(dict(zip(FAITHFULNESS.names, zip(*metrics))), schema=FAITHFULNESS)
         if metrics
@@ -109,10 +97,30 @@ def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) 
     return table, failed
 
 
+def _review_rows(doc_id, doc: pd.DataFrame, rationale, units: str, seed: int) -> list[tuple]:
+    """One review's metric rows (doc_id, method, layer, metric, value) from its word scores."""
+    text = doc["text"].iloc[0]
+    gold, spans = plausibility.rationale_spans(rationale, text, units)
+    rankings, seen = [], None
+    for (method, layer), scored in doc.groupby(["method", "layer"], sort=True):
+        words = scored["word"].tolist()
+        starts = plausibility.word_starts(words, text)
+        lengths = [len(word) for word in words]
+        per_token, seen = plausibility.token_scores(scored["raw_score"].to_numpy(float), starts, text, lengths)
+        rankings.append((method, int(layer), per_token[0]))
+    rankings = [(m, layer, s[seen]) for m, layer, s in rankings]
+    rankings.append((RANDOM, None, random_scores(doc_id, int(seen.sum()), seed)))
+    spans = plausibility.spans_within(spans, seen)
+    return [
+        (doc_id, method, layer, metric, None if np.isnan(value) else float(value))
+        for method, layer, metric, value in plausibility.review_rows(rankings, gold[seen], gold_spans=spans)
+    ]
+
+
 def add_plausibility(cfg: RunConfig, run_id: str) -> dict:
     """Score the published run ``run_id`` against ``cfg.rationales``; returns the counts it added."""
     rationales = read_rationales(cfg)
-    con = open_store(cfg.store)
+    con = open_store(cfg.store, runs=[run_id])
     try:
         words = run_named(con, "run_word_scores", run_id=run_id)
     finally:
@@ -124,7 +132,8 @@ def add_plausibility(cfg: RunConfig, run_id: str) -> dict:
         write_parquet_atomically(run / "errors" / f"part-{STAGE}.parquet", errors)
     if metrics.num_rows:
         write_parquet_atomically(run / "faithfulness" / f"part-{STAGE}.parquet", metrics)
-    reviews = len({d for d in metrics.column("doc_id").to_pylist()})
+    values = zip(metrics.column("doc_id").to_pylist(), metrics.column("value").to_pylist(), strict=True)
+    reviews = len({doc_id for doc_id, value in values if value is not None})  # an empty rationale scores none
     counts = {"plausibility_reviews": reviews, "plausibility_errors": errors.num_rows}
     manifest = layout.read_manifest(run / layout.MANIFEST)
     manifest["counts"] = {**manifest.get("counts", {}), **counts}

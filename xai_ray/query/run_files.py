@@ -50,7 +50,8 @@ def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, 
                 "folder out of the store"
             )
         damaged = unreadable_files(run, record)
-        linked = [str(file) for file in record["files"] if (run / str(file)).is_symlink()]
+        # a link anywhere between the run's folder and the file (a linked table folder too)
+        linked = [str(file) for file in record["files"] if not store_layout.inside(run, run / str(file))]
         if damaged or linked:
             what = (
                 "is missing or not a whole Parquet file" if damaged else "is a symbolic link, which is never followed"
@@ -86,12 +87,14 @@ def _foreign_file(run: Path, record: dict, docs: int | None, described) -> tuple
     """A file a record names that holds another table's rows (another Parquet file copied over it:
     its magic bytes are whole, and the views read it as the part): (file, what is wrong), else None.
     Read from each file's footer: a docs part holds the record's documents, a scores part the
-    record's slices, and neither a document id outside the record's."""
+    record's slices and as many rows as its counts give each slice, an errors part the errors it
+    counts, and none a document id outside the record's."""
     ids = [str(doc_id) for doc_id in record["doc_ids"]]
     first, last = (min(ids), max(ids)) if ids else (None, None)
+    expected = _rows_counted(record, described)
     for file in map(str, record["files"]):
         folder = file.split("/")[0]
-        if folder not in ("docs", TOKEN_TABLE, WORD_TABLE):
+        if folder not in ("docs", "errors", TOKEN_TABLE, WORD_TABLE):
             continue
         try:
             footer = pq.read_metadata(run / file)
@@ -100,13 +103,49 @@ def _foreign_file(run: Path, record: dict, docs: int | None, described) -> tuple
         names = footer.schema.names
         if folder == "docs" and (type(docs) is int and footer.num_rows != docs or "doc_id" not in names):
             return file, f"{footer.num_rows} rows where the record counts {docs} documents"
-        missing = sorted({f"score:{s}" for s in described[0]} - set(names)) if folder != "docs" and described else []
+        missing = (
+            sorted({f"score:{s}" for s in described[0]} - set(names))
+            if folder in (TOKEN_TABLE, WORD_TABLE) and described
+            else []
+        )
         if missing:
             return file, f"it lacks the column {missing[0]!r} of a slice the record lists"
+        low, high = expected.get(folder, (0, footer.num_rows))
+        if not low <= footer.num_rows <= high:
+            counted = f"{low}" if low == high else f"{low} to {high}"
+            return file, f"{footer.num_rows} rows where the record counts {counted}"
+        if folder == "errors":  # its ids may be any row's the reader rejected: not the record's
+            continue
         outside = _ids_outside(footer, names, first, last) if ids else None
         if outside:
             return file, f"it holds document {outside!r}, which the record does not list"
     return None
+
+
+def _rows_counted(record: dict, described) -> dict[str, tuple[int, int]]:
+    """The fewest and most rows each table's one file of a part holds by its record's counts
+    (this version's records, which say their layout): an errors file its scoring and evaluation
+    errors; a token_scores file its tokens (layout 3: and at most one row more for each word, a
+    word without a token having a row of its own), a layout-2 word_scores file its words (tokens
+    and words are counted once per slice in the record)."""
+    counts = record.get("counts")
+    if type(record.get("layout")) is not int or not isinstance(counts, dict):
+        return {}
+    folders = [str(file).split("/")[0] for file in record["files"]]
+    if len(folders) != len(set(folders)):
+        return {}  # a table in several files: the counts are the files' together
+    expected = {}
+    errors = [counts.get(key, 0) for key in ("errors", "evaluate_errors")]
+    if all(type(n) is int for n in errors):
+        expected["errors"] = (sum(errors), sum(errors))
+    slices = len(described[0]) if described else 0
+    tokens, words = (counts.get(key) for key in ("tokens", "words"))
+    if not slices or type(tokens) is not int or type(words) is not int or tokens % slices or words % slices:
+        return expected
+    tokens, words = tokens // slices, words // slices
+    expected[TOKEN_TABLE] = (tokens, tokens + words) if record["layout"] >= 3 else (tokens, tokens)
+    expected[WORD_TABLE] = (words, words)
+    return expected
 
 
 def _ids_outside(footer, names: list[str], first: str, last: str) -> str | None:

@@ -24,11 +24,13 @@ from xai_ray.scoring.faithfulness import CURVES, GRADIENT, RANDOM
 from xai_ray.store.aggregates import read_aggregate
 
 HEADLINE = ["comprehensiveness_aopc", "sufficiency_aopc", "spearman_loo", "spearman_grad"]
+AGREEMENT = ["auprc", "token_f1@rationale", "iou_f1@rationale"]  # against human rationales (--set rationales=)
 BETTER = {
     "comprehensiveness_aopc": "higher",
     "sufficiency_aopc": "lower",
     "spearman_loo": "higher",
     "spearman_grad": "higher",
+    **dict.fromkeys(AGREEMENT, "higher"),
 }
 
 
@@ -61,8 +63,12 @@ def faithfulness(ctx: Context) -> Section | None:
         return None  # the run was not evaluated (no --evaluate)
     methods = order_methods(summary["method"].unique().tolist(), ctx.methods)
     n_docs = int(summary["n_docs"].max())
+    held = set(summary["metric"])
+    headline = [m for m in HEADLINE + AGREEMENT if m in held]  # a run with rationales only: agreement alone
+    perturbed = any(m in held for m in HEADLINE)
     items = _leaderboard(ctx)
-    items.append(charts.by_layer(summary, HEADLINE, f"Faithfulness per layer, mean and {RULE} ({n_docs} reviews)"))
+    title = "Faithfulness per layer" if perturbed else "Agreement with human rationales per layer"
+    items.append(charts.by_layer(summary, headline, f"{title}, mean and {RULE} ({n_docs} reviews)"))
     curves = _curves(summary, ctx.last_layer)
     if not curves.empty:
         items.append(
@@ -72,20 +78,31 @@ def faithfulness(ctx: Context) -> Section | None:
                 f"Drop in predicted-class probability by share of tokens (attention methods at layer {ctx.last_layer})",
             )
         )
-    items.append(Fragment(_table(summary, methods)))
+    items.append(Fragment(_table(summary, methods, headline)))
     shares = ", ".join(f"{f:.0%}" for f in sorted(curves["fraction"].unique())) if not curves.empty else "-"
-    note = (
+    perturbation = (
         "Comprehensiveness: drop in the predicted class's probability when a method's top-ranked tokens "
         f"({shares} of a review's tokens) are removed (higher = more faithful); sufficiency: the drop when only they are "
         "kept (lower = more faithful); AOPC = mean over the shares. spearman_loo / spearman_grad: rank "
         "correlation of the token scores with leave-one-out importance (token replaced by the mask token) "
         "and with input x gradient (higher = agrees more). Dashed rules: the baselines, input x gradient "
-        "and a seeded random ranking (the floor), shaded by their 95% interval. Intervals: "
-        f"{RULE} (mean +- t(0.975, reviews - 1) x sd / sqrt(reviews)). "
-        + _verdict(summary, ctx.last_layer, methods)
+        "and a seeded random ranking (the floor), shaded by their 95% interval. "
+    )
+    agreement = (
+        "auprc: average precision of a method's whitespace-token scores against the human rationale; "
+        "token_f1@rationale / iou_f1@rationale: F1 of its top tokens, as many as the rationale holds, by token "
+        "and by span (IOU >= 0.5), as ERASER defines them (higher = agrees more with people; dashed rule: the "
+        "seeded random ranking). "
+    )
+    note = (
+        (perturbation if perturbed else "")
+        + (agreement if any(m in held for m in AGREEMENT) else "")
+        + f"Intervals: {RULE} (mean +- t(0.975, reviews - 1) x sd / sqrt(reviews)). "
+        + _verdict(summary, ctx.last_layer, methods, headline)
         + _cost(ctx, n_docs)
     )
-    return Section("faithfulness", "Faithfulness of each method", note, items)
+    name = "Faithfulness of each method" if perturbed else "Agreement of each method with human rationales"
+    return Section("faithfulness", name, note, items)
 
 
 def _leaderboard(ctx: Context) -> list:
@@ -129,7 +146,7 @@ def _curves(summary: pd.DataFrame, last_layer: int) -> pd.DataFrame:
     return frame
 
 
-def _verdict(summary: pd.DataFrame, last_layer: int, methods: list[str]) -> str:
+def _verdict(summary: pd.DataFrame, last_layer: int, methods: list[str], headline: list[str]) -> str:
     """Which methods clear the random floor at the last layer: interval beyond the floor's."""
     floor = summary[summary["method"] == RANDOM].set_index("metric")
     cleared = []
@@ -140,11 +157,11 @@ def _verdict(summary: pd.DataFrame, last_layer: int, methods: list[str]) -> str:
         wins = [
             row.metric
             for row in mine.itertuples()
-            if row.metric in HEADLINE
+            if row.metric in headline
             and row.metric in floor.index
             and _beats(row, floor.loc[row.metric], BETTER[row.metric])
         ]
-        cleared.append(f"{method}: {len(wins)} of {len(mine[mine.metric.isin(HEADLINE)])}")
+        cleared.append(f"{method}: {len(wins)} of {len(mine[mine.metric.isin(headline)])}")
     if floor.empty or not cleared:
         return ""
     return (
@@ -158,16 +175,16 @@ def _beats(row, floor, better: str) -> bool:
     return bool(row.lo > floor["hi"]) if better == "higher" else bool(row.hi < floor["lo"])
 
 
-def _table(summary: pd.DataFrame, methods: list[str]) -> str:
+def _table(summary: pd.DataFrame, methods: list[str], headline: list[str]) -> str:
     """Every (method, layer) x headline metric as 'mean [lo, hi]'; the floor's row in italics."""
-    head = "".join(f"<th>{html.escape(m)} ({BETTER[m]} is better)</th>" for m in HEADLINE)
+    head = "".join(f"<th>{html.escape(m)} ({BETTER[m]} is better)</th>" for m in headline)
     rows = []
     for method in methods:
         mine = summary[summary["method"] == method]
         for layer in sorted(mine["layer"].dropna().unique()) or [None]:
             cells = mine[mine["layer"].isna()] if layer is None else mine[mine["layer"] == layer]
             by_metric = cells.set_index("metric")
-            values = "".join(f"<td>{_cell(by_metric, m)}</td>" for m in HEADLINE)
+            values = "".join(f"<td>{_cell(by_metric, m)}</td>" for m in headline)
             style = " style='font-style:italic'" if method == RANDOM else ""
             where = "" if layer is None else str(int(layer))
             rows.append(f"<tr{style}><td>{html.escape(method)}</td><td>{where}</td>{values}</tr>")

@@ -57,16 +57,17 @@ PRIOR = (
 
 def lead_method(con, run_id: str, methods: list[str]) -> tuple[str, str]:
     """(the method a run's report, ``topk`` and nightly lead with, why): the best entry of the run's
-    own leaderboard among its stored methods (comprehensiveness AOPC, else AUPRC against rationales),
-    else the first of ``PRIOR`` the run has. Rollout and the others stay one choice away."""
+    own leaderboard among its stored methods (comprehensiveness AOPC, else AUPRC against rationales)
+    at the layer they show, the last (a method's best layer, picked on the same documents, is not
+    what they show), else the first of ``PRIOR`` the run has. Rollout and the others stay one choice away."""
     from xai_ray.query.connection import run_named
 
     for metric in (METRIC, PLAUSIBLE):
         board = run_named(con, "report_leaderboard", run_id=run_id, **params(metric))
-        board = board[board["method"].isin(methods)]
+        board = board[board["method"].isin(methods) & (board["which"] != "best layer")]
         if not board.empty:
             best = board.sort_values(["mean", "method"], ascending=[False, True]).iloc[0]
-            return str(best["method"]), f"ranked first by {NAMES[metric]} on this run's leaderboard"
+            return str(best["method"]), f"ranked first at its last layer by {NAMES[metric]} on this run's leaderboard"
     for name in PRIOR:
         if name in methods:
             return name, "the default order (the run has no leaderboard: see --evaluate)"
@@ -99,9 +100,10 @@ def with_beside(board: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
         floor = mine[mine["method"] == RANDOM]["mean"]
         cells = []
         for r in frame.itertuples():
-            found = mine[
-                (mine["method"] == r.method) & (mine["layer"].isna() if pd.isna(r.layer) else mine["layer"] == r.layer)
-            ]
+            of_method = mine[mine["method"] == r.method]
+            found = of_method[of_method["layer"].isna() if pd.isna(r.layer) else of_method["layer"] == r.layer]
+            if found.empty and len(of_method) == 1:  # a method without layers, which one stage keeps at
+                found = of_method  # the last layer (plausibility: its stored words), the other at none
             if found.empty:
                 cells.append("n/a")
                 continue

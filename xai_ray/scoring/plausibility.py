@@ -141,9 +141,16 @@ def _mask_of(values: list, n_tokens: int) -> np.ndarray:
 
 def _pair(value) -> tuple[int, int]:
     ok = isinstance(value, (list, tuple)) and len(value) == 2
-    if not ok or any(isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) for v in value):
+    if not ok or any(not _whole(v) for v in value):
         raise RationaleError(f"rationale span {value!r} is not a [start, end] pair of whole numbers")
     return int(value[0]), int(value[1])
+
+
+def _whole(value) -> bool:
+    """A whole number (``3`` or ``3.0``; not a bool, NaN or an infinity, which JSON text may hold)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or (math.isfinite(value) and value == int(value))
 
 
 def token_scores(

@@ -74,12 +74,21 @@ def is_published(store: str | Path, run_id: str) -> bool:
 
 def run_folders(store: str | Path) -> list[Path]:
     """Folders of published runs, in no particular order (a linked run folder or manifest is none,
-    nor is a name that is not UTF-8: no run id is one, and DuckDB cannot be handed it)."""
-    return [
+    nor is a name that is not UTF-8: no run id is one, and DuckDB cannot be handed it). A run
+    folder renamed by hand to hold ``%`` or ``=`` is refused: DuckDB reads the run's name from the
+    folder's, decoding ``%2d`` as ``-`` (the views would name the run otherwise than ``runs``)."""
+    found = [
         folder
         for folder in runs_dir(store).glob(f"{RUN_PREFIX}*")
         if utf8(folder.name) and (folder / MANIFEST).is_file() and inside(store, folder / MANIFEST)
     ]
+    for folder in found:
+        if any(mark in run_id_of(folder) for mark in "%="):
+            raise StoreError(
+                f"run folder {str(folder)!r} holds a name no run is given ('%' and '=' are read as escapes by "
+                "the store's SQL engine); rename it with letters, digits, '-', '_' and '.' only"
+            )
+    return found
 
 
 def utf8(name: str) -> bool:
@@ -99,7 +108,7 @@ def check_folders(store: str | Path) -> None:
     from each file's path instead made every query 7-9 ms slower, so such a store is refused in
     one sentence rather than misread."""
     root = Path(os.path.abspath(store))
-    named = [part for part in (root.resolve() if root.exists() else root).parts if "=" in part]
+    named = [part for part in root.resolve().parts if "=" in part]  # a link on the way resolved, the rest as named
     if named:
         raise StoreError(
             f"store {str(store)!r} lies below a folder named {named[0]!r}: the store's SQL engine would read "
