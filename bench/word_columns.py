@@ -10,7 +10,7 @@ two ways, in turn, best of ``--repeats``:
                 ``join_contractions``, then ``pa.array`` of the lists;
     batch:      ``scoring.text_columns.text_columns`` (the vocabulary read once, as an actor does).
 Both are checked to give the same columns. Prints CPU ms per review for each and the ratio, and
-the share of reviews with a character outside ASCII (those are cut word by word in both).
+the share of reviews with a character outside ASCII.
 """
 
 from __future__ import annotations
