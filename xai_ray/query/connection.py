@@ -73,8 +73,7 @@ def open_store(
     published = store_layout.list_runs(root)
     unknown = sorted(set(runs or ()) - set(published))
     if unknown:
-        named = ", ".join(published) if published else "none yet"
-        raise QueryError(f"no run {unknown[0]!r} in the store; runs: {named}")
+        raise QueryError(f"no run {unknown[0]!r} in the store; runs: {', '.join(published) or 'none yet'}")
     runs = [store_layout.run_dir(root, run_id) for run_id in published if runs is None or run_id in runs]
     readable = _create_views(con, root, runs, TABLES, "view")
     con.from_arrow(_runs_table(runs)).create_view("runs")
