@@ -332,6 +332,18 @@ def test_nightly_into_an_object_store_uri(ray_cluster, tiny_bert_dir, tmp_path, 
     again = run_nightly(cfg, "2026-03-01")
     assert again.scored == 0 and "already scored" in again.message
 
+    # a second night, then the first rebuilt: the bucket's latest stays on the newest, as the mirror's
+    write_corpus(data, "day2.parquet", ["v0", "v1"], sentences(rng, 2), [0, 1])
+    assert run_nightly(cfg, "2026-03-02").scored == 2
+    assert run_nightly(cfg, "2026-03-01").scored == 0
+    assert "url=../2026-03-02/report.html" in (bucket / "xai" / "reports" / "latest" / "report.html").read_text()
+
+    # the night's upload cut short before its manifest: the night's rerun finishes it
+    (bucket / "xai" / "runs" / "run_id=nightly-2026-03-02" / "manifest.json").unlink()
+    finished = run_nightly(cfg, "2026-03-02")
+    assert "is done now" in finished.message and finished.counts["docs"] == 2
+    assert (bucket / "xai" / "runs" / "run_id=nightly-2026-03-02" / "manifest.json").is_file()
+
 
 def test_run_and_nightly_keep_and_reject_the_same_rows_of_a_hostile_corpus(ray_cluster, tiny_bert_dir, tmp_path):
     """One publishing path: a corpus with a duplicate id (two texts), an empty text, a null text and a
@@ -403,6 +415,7 @@ def test_backfill_a_reserved_run_id_and_loose_dates(ray_cluster, tiny_bert_dir, 
     write_corpus(data, "a.parquet", [f"b{i}" for i in range(6)], sentences(rng, 6), rng.integers(0, 2, 6))
     cfg = config(tiny_bert_dir, data, store)
     assert run_nightly(cfg, "2026-02-10").scored == 6
+    assert run_nightly(cfg, "2026-02-10").counts["docs"] == 6  # a rerun exits as the night's run did
     with pytest.raises(NightlyError, match="comes before the store's first night"):
         run_nightly(cfg, "2026-02-05")
     assert not (store / "runs" / "run_id=nightly-2026-02-05").exists()
@@ -413,3 +426,11 @@ def test_backfill_a_reserved_run_id_and_loose_dates(ray_cluster, tiny_bert_dir, 
     for text in ("20260305", "2026-W10-1", "2026-3-1"):
         with pytest.raises(ConfigError, match="YYYY-MM-DD"):
             parse_date(text)
+    # a night to come: its documents would be known to every night before it, and latest stuck on it
+    from datetime import date, timedelta
+
+    assert parse_date((date.today() + timedelta(days=1)).isoformat())  # a submitter east of its cluster
+    with pytest.raises(ConfigError, match="is a night still to come"):
+        parse_date((date.today() + timedelta(days=2)).isoformat())
+    with pytest.raises(NightlyError, match="would score the same 3 documents"):
+        run_nightly(replace(cfg, limit=3), "2026-02-12")

@@ -115,3 +115,16 @@ def test_a_run_published_in_the_mirror_but_never_uploaded_is_uploaded_by_a_resum
     pipeline.write([rows], cfg, "r3", n_input=1)
     result = pipeline.run(resolve(None, {"model": tiny_bert_dir, "store": uri, "run_id": "r3", "data": "x.csv"}))
     assert result.run_id == "r3" and remote.has_run(uri, "r3")
+
+
+def test_an_upload_clears_what_an_earlier_upload_cut_short_left(published):
+    """Machine A died mid-upload (no manifest); machine B's upload of the run put its parts beside
+    A's, and every reader counted both: 28 rows for 15 documents."""
+    run = published["bucket"] / "runs" / "run_id=r1"
+    (run / "manifest.json").unlink()  # as if the upload had stopped before it
+    stale = run / "docs" / "part-stale.parquet"
+    shutil.copy(run / "docs" / "part-0.parquet", stale)
+    (run / "_parts" / "part-stale.json").write_text("{}")
+    remote.push_run(published["local"], published["uri"], "r1")
+    assert not stale.exists() and not (run / "_parts" / "part-stale.json").exists()
+    assert json.loads((run / "manifest.json").read_text())["counts"]["docs"] == len(TEXTS)

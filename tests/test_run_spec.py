@@ -10,7 +10,7 @@ from dataclasses import MISSING, fields
 import yaml
 
 from xai_ray.config import RunConfig, resolve
-from xai_ray.ops.nightly import manifest_key, scoring_key
+from xai_ray.ops.night_key import manifest_key, scoring_key
 
 # A value other than the default for every key (a new key fails the test until it is listed here).
 CHANGED = {

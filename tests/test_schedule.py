@@ -81,31 +81,38 @@ def test_crontab_install_and_remove_round_trip(capsys, tmp_path):
 
 
 def test_the_scheduled_line_runs(tmp_path, capsys):
-    """Run the printed line through bash: cd, interpreter, quoting and the log all work (the
-    config lies outside the working directory, so the submit stops at once, in the log)."""
-    config = tmp_path / "nightly.yaml"
-    config.write_text(f"store: {tmp_path / 'store'}\n")
+    """Run the printed line through bash: cd, interpreter, quoting and the log all work (nothing
+    listens at the address, so the submit stops at once, in the log)."""
     log = tmp_path / "log dir" / "nightly.log"
-    assert (
-        cli.main(
-            [
-                "schedule",
-                str(config),
-                "--systemd",
-                "--dry-run",
-                "--log",
-                str(log),
-                "--submit-to",
-                "http://127.0.0.1:8265",
-            ]
-        )
-        == 0
-    )
+    argv = ["schedule", str(CONFIG), "--systemd", "--dry-run", "--log", str(log), "--submit-to", "http://127.0.0.1:9"]
+    assert cli.main([*argv, "--set", f"store={tmp_path / 'store'}"]) == 0
     service = capsys.readouterr().out
     line = next(row for row in service.splitlines() if row.startswith("ExecStart=/bin/bash -c "))
     log.parent.mkdir()
     subprocess.run(line[len("ExecStart=") :], shell=True, timeout=120)
-    assert "lies outside the working directory" in log.read_text()
+    assert "cannot reach the Ray Jobs API at http://127.0.0.1:9" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    "case,says",
+    [
+        ("outside", "lies outside the working directory"),
+        ("no scheme", "needs the Jobs API's URL, with its scheme"),
+        ("data outside", "is a relative path that leads out of the working directory"),
+    ],
+)
+def test_a_submission_submit_would_refuse_is_refused_when_scheduled(case, says, tmp_path, capsys):
+    """Each of these was installed, and `submit` refused it at 2 a.m."""
+    config, address, sets = str(CONFIG), "http://127.0.0.1:8265", ["--set", f"store={tmp_path / 'store'}"]
+    if case == "outside":
+        config = str(tmp_path / "nightly.yaml")
+        (tmp_path / "nightly.yaml").write_text(f"store: {tmp_path / 'store'}\n")
+    if case == "no scheme":
+        address = "localhost:8265"
+    if case == "data outside":
+        sets += ["--set", "data=../shared/data/imdb/train.parquet"]
+    assert cli.main(["schedule", config, "--submit-to", address, "--dry-run", *sets]) == 2
+    assert says in capsys.readouterr().err
 
 
 def test_a_schedule_the_cluster_cannot_run_is_refused_at_once(capsys):
@@ -167,13 +174,17 @@ def test_a_control_character_in_any_written_value_is_refused(where, tmp_path, ca
 
 def test_percent_signs_reach_the_job_as_written(tmp_path, capsys, monkeypatch):
     """A ``%`` in the config name and the log path: cron's and systemd's unescaping give back the
-    very path, and the line then runs (the submit stops at once, into that log)."""
+    very path, and the line then runs (nothing listens at the address: the submit stops at once,
+    into that log). The working directory shipped is a repository of its own under that name."""
     folder = tmp_path / "100%"
-    folder.mkdir()
-    config = folder / "night%ly.yaml"
+    (folder / "jobs").mkdir(parents=True)
+    (folder / "jobs" / "__init__.py").write_text("")
+    (folder / "xai_ray").symlink_to(ROOT / "xai_ray")  # a repository: jobs/ and the package
+    monkeypatch.chdir(folder)
+    config = folder / "jobs" / "night%ly.yaml"
     config.write_text(f"store: {tmp_path / 'store'}\n")
     log = folder / "log%d.log"
-    common = [str(config), "--log", str(log), "--submit-to", "http://127.0.0.1:8265", "--dry-run"]
+    common = [str(config), "--log", str(log), "--submit-to", "http://127.0.0.1:9", "--dry-run"]
     if shutil.which("crontab") is not None:
         assert cli.main(["schedule", *common]) == 0
         command, stdin = _cron_command(capsys.readouterr().out.strip().splitlines()[-1])
@@ -187,7 +198,7 @@ def test_percent_signs_reach_the_job_as_written(tmp_path, capsys, monkeypatch):
     # systemd.service(5): "%%" is "%", "$$" is "$"; undoubled, "%d" would be a specifier.
     assert "%" not in exec_line.replace("%%", "")
     subprocess.run(exec_line.replace("%%", "%").replace("$$", "$"), shell=True, timeout=120)
-    assert "lies outside the working directory" in log.read_text()
+    assert "cannot reach the Ray Jobs API at http://127.0.0.1:9" in log.read_text()
 
 
 def test_a_local_schedule_of_a_config_that_cannot_run_is_refused_at_once(tmp_path, capsys):
@@ -196,6 +207,7 @@ def test_a_local_schedule_of_a_config_that_cannot_run_is_refused_at_once(tmp_pat
     cases = {"list.yaml": ("- a\n- b\n", [], "must hold a mapping"), "rec.yaml": ("extra: &a {x: *a}\n", [], "alias")}
     cases["ok.yaml"] = ("model: minilm\n", ["limit=abc"], "limit must be an integer")
     cases["ok2.yaml"] = ("model: minilm\n", ["bogus_key=1"], "unknown config key 'bogus_key'")
+    cases["limit.yaml"] = ("model: minilm\nlimit: 200\n", [], "would score the same 200 documents")
     for name, (text, sets, says) in cases.items():
         path = tmp_path / name
         path.write_text(text)

@@ -143,3 +143,14 @@ def test_a_lone_surrogate_is_refused_as_arrow_refused_it():
     review alone as an error, as when Arrow refused its words."""
     with pytest.raises(UnicodeEncodeError):
         columns([("a\ud800b", [-1, 0, -1], [(0, 0), (0, 3), (0, 0)])])
+
+
+def test_a_tokenizer_that_cannot_name_every_id_is_asked_for_the_batchs_ids():
+    class Partial(Tokens):
+        def convert_ids_to_tokens(self, ids):
+            if 5 in ids:  # an id it never gives
+                raise KeyError(5)
+            return super().convert_ids_to_tokens(ids)
+
+    docs = [("a b", [-1, 0, 1, -1], [(0, 0), (0, 1), (2, 3), (0, 0)])]
+    assert columns(docs, Vocabulary(Partial(8)))["tokens"] == [["t0", "t1", "t2", "t3"]]

@@ -32,7 +32,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import date as Date
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from xai_ray import pipeline, runtime
@@ -40,8 +40,8 @@ from xai_ray.config import ConfigError, RunConfig, check_start_layer
 from xai_ray.methods import methods_need
 from xai_ray.model.loading import describe_model
 from xai_ray.model.structure import check_structure
+from xai_ray.ops.night_key import manifest_key, scoring_key
 from xai_ray.progress import native_stderr_into, route_noise
-from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, remote
 from xai_ray.store import layout as store_layout
 from xai_ray.store.files import write_atomically
@@ -65,7 +65,7 @@ class NightlyResult:
     report: Path
     latest: Path
     message: str
-    counts: dict | None = None  # tonight's run's docs / errors, when one was scored
+    counts: dict | None = None  # the night's run's docs / errors (scored tonight or before), when it has one
 
 
 def parse_date(text: str | None) -> str:
@@ -74,14 +74,30 @@ def parse_date(text: str | None) -> str:
     try:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):  # fromisoformat also takes 20260305 and 2026-W10-1
             raise ValueError(text)
-        return Date.fromisoformat(text).isoformat()
+        night = Date.fromisoformat(text)
     except ValueError:
         raise ConfigError(f"--date must be YYYY-MM-DD, got {text!r}") from None
+    # A night to come would hold tomorrow's documents as known, so the nights before it would leave
+    # them out, and `latest` would stay on it; tomorrow is allowed: a submitter east of its cluster
+    if night > Date.today() + timedelta(days=1):
+        raise ConfigError(f"--date {text} is a night still to come (today is {Date.today().isoformat()})")
+    return night.isoformat()
+
+
+def check_nightly(cfg: RunConfig) -> None:
+    """Refuse what a night cannot do: ``limit``, a seeded sample, would be the same documents every
+    night and the rest of the corpus never scored."""
+    if cfg.limit is not None:
+        raise NightlyError(
+            f"limit {cfg.limit} would score the same {cfg.limit} documents of {cfg.data!r} every night and never "
+            "the others; a night scores every new or changed document: leave limit out (--set limit=null)"
+        )
 
 
 def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> NightlyResult:
     """One night: score the new documents of ``cfg.data`` into ``cfg.store`` and rebuild the report."""
     date = parse_date(date)
+    check_nightly(cfg)
     local = Path(remote.local_store(cfg.store))
     local.mkdir(parents=True, exist_ok=True)
     run_id = PREFIX + date
@@ -101,6 +117,10 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
         scored, published, counts = 0, run_id in store_layout.list_runs(local), None
         if published:
             message = f"night {date} is already scored (run {run_id}): nothing scored again"
+            counts = store_layout.read_manifest(store_layout.manifest_path(local, run_id)).get("counts")
+            if remote.is_uri(cfg.store) and not remote.has_run(cfg.store, run_id):  # its upload was cut short
+                remote.push_run(local, cfg.store, run_id)
+                message += f"; its upload to {cfg.store}, cut short before, is done now"
         else:
             corpus = pipeline.read(cfg)
             # the same screening as `run` (first of two ids wins), on Ray workers; what is already
@@ -137,8 +157,9 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
         latest = point_latest(local, date)
         if remote.is_uri(cfg.store):
             remote.push_tree(local, report.parent, cfg.store)
-            key_of_latest = (store_layout.latest_reports(Path()) / REPORT).as_posix()  # relative to the store
-            remote.push_text(cfg.store, key_of_latest, _redirect(f"../{date}/{REPORT}"))
+            if _newest_night(local) == date:  # a past night rebuilt leaves the bucket's latest on the newest too
+                key_of_latest = (store_layout.latest_reports(Path()) / REPORT).as_posix()  # relative to the store
+                remote.push_text(cfg.store, key_of_latest, _redirect(f"../{date}/{REPORT}"))
     return NightlyResult(date, run_id, scored, runs, report, latest, message, counts)
 
 
@@ -184,47 +205,6 @@ def nightly_lock(folder: Path):
         os.ftruncate(fd, 0)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-
-
-def scoring_key(cfg: RunConfig, fingerprint: str | None = None) -> dict:
-    """What makes two scores of a document comparable: the weights and the method options, from the
-    run's typed settings (a manifest's through ``RunConfig.from_manifest``: see ``manifest_key``).
-    Without ``fingerprint`` the model is loaded once here to take it (CPU, no Ray)."""
-    if fingerprint is None:
-        from xai_ray.model.loading import load_model
-
-        loaded = load_model(
-            cfg.model, allow_pickle=cfg.allow_pickle, trust_remote_code=cfg.trust_remote_code, seed=cfg.seed
-        )
-        fingerprint = loaded.info["fingerprint"]
-    key = {
-        "fingerprint": fingerprint,
-        "methods": sorted(cfg.methods),
-        "attention": cfg.attention_options,
-        "max_length": cfg.max_length,
-    }
-    target = target_key(cfg.methods, cfg.target, cfg.ig_steps)
-    return {**key, **long_text_key(resolve_mode(cfg.long_text, cfg.model), cfg.window_stride), **target}
-
-
-def target_key(methods, target, ig_steps) -> dict:
-    """The class explained (and integrated gradients' steps) enter the key only with class-specific
-    methods, so runs of attention methods alone match runs made before these options existed."""
-    from xai_ray.methods import REGISTRY
-
-    if not any(REGISTRY[m].class_specific for m in methods if m in REGISTRY):
-        return {}
-    return {"target": target, **({"ig_steps": ig_steps} if "integrated_gradients" in methods else {})}
-
-
-def long_text_key(mode: str | None, stride) -> dict:
-    """Long reviews enter the key only when not cut at the head, so runs made before the choice existed match."""
-    return {} if mode in (None, "head") else {"long_text": mode, "window_stride": stride}
-
-
-def manifest_key(manifest: dict) -> dict:
-    """The key of a published run: its saved settings read back as a ``RunConfig``, its fingerprint."""
-    return scoring_key(RunConfig.from_manifest(manifest), manifest.get("model", {}).get("fingerprint"))
 
 
 def matching_runs(local: Path, key: dict, through: str | None = None) -> list[str]:
@@ -375,8 +355,7 @@ def point_latest(local: Path, date: str) -> Path:
     """``reports/latest`` -> ``reports/<date>`` (a relative symlink swapped in atomically), unless a
     later night's report exists; where symlinks cannot be made, ``latest/report.html`` redirects."""
     latest = store_layout.latest_reports(local)
-    nights = sorted(p.name for p in store_layout.nights(local) if (p / REPORT).is_file())
-    if nights and nights[-1] > date:
+    if (_newest_night(local) or date) > date:
         return latest  # a past night was rebuilt: latest stays on the newest
     temporary = store_layout.latest_swap(local)
     try:
@@ -388,6 +367,11 @@ def point_latest(local: Path, date: str) -> Path:
         latest.mkdir(parents=True, exist_ok=True)
         write_atomically(latest / REPORT, _redirect(f"../{date}/{REPORT}"))
     return latest
+
+
+def _newest_night(local: Path) -> str | None:
+    """The latest night with a report."""
+    return max((p.name for p in store_layout.nights(local) if (p / REPORT).is_file()), default=None)
 
 
 def _redirect(target: str) -> str:

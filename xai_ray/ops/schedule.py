@@ -58,12 +58,14 @@ def schedule(
     if not remove and not path.is_file():
         raise ScheduleError(f"config file {config!r} does not exist")
     hour, minute = parse_time(at)
-    if submit_to and not remove:  # what the cluster cannot run fails now, not at 2 a.m.
-        from xai_ray.ops.submit import check_config
+    if submit_to and not remove:  # what `submit` would refuse fails now, not at 2 a.m.
+        from xai_ray.ops.submit import check_submission
 
-        check_config(path, "nightly", sets)
+        check_submission(str(path), "nightly", sets, None, submit_to)
     elif not remove:  # the config and --set read as the job will read them: a bad key fails now too
-        resolve(path, None, sets)
+        from xai_ray.ops.nightly import check_nightly
+
+        check_nightly(resolve(path, None, sets))
     tag = job_tag(path)
     log_path = Path(log).expanduser().resolve() if log else Path.home() / ".local" / "state" / "xai-ray" / "nightly.log"
     line = command_line(path, submit_to, log_path, sets)

@@ -57,17 +57,7 @@ def submit(
     working_dir: str | None = None,
     wait: bool = True,
 ) -> int:
-    root = Path(working_dir).resolve() if working_dir else find_working_dir()
-    path = Path(config).resolve()
-    if not path.is_file():
-        raise SubmitError(f"config file {config!r} does not exist")
-    if not path.is_relative_to(root):
-        raise SubmitError(
-            f"config {config!r} lies outside the working directory {str(root)!r} that is shipped "
-            "to the cluster; put it under jobs/"
-        )
-    kind = kind or infer_kind(path)
-    check_config(path, kind, sets, root)
+    root, path, kind = check_submission(config, kind, sets, working_dir, address)
     if kind == "nightly":
         from xai_ray.ops.nightly import parse_date
 
@@ -93,6 +83,27 @@ def submit(
     if not wait:
         return 0
     return follow(client, job)
+
+
+def check_submission(
+    config: str, kind: str | None, sets: list[str] | None, working_dir: str | None, address: str
+) -> tuple[Path, Path, str]:
+    """(working directory, config, kind) of a submission, refused in one sentence before anything
+    connects: what ``submit`` checks now, and ``schedule --submit-to`` at install time (else the
+    entry would fail at 2 a.m.)."""
+    root = Path(working_dir).resolve() if working_dir else find_working_dir()
+    path = Path(config).resolve()
+    if not path.is_file():
+        raise SubmitError(f"config file {config!r} does not exist")
+    if not path.is_relative_to(root):
+        raise SubmitError(
+            f"config {config!r} lies outside the working directory {str(root)!r} that is shipped "
+            "to the cluster; put it under jobs/"
+        )
+    kind = kind or infer_kind(path)
+    check_config(path, kind, sets, root)
+    check_address(address)
+    return root, path, kind
 
 
 def find_working_dir() -> Path:
@@ -132,6 +143,10 @@ def check_config(path: Path, kind: str, sets: list[str] | None, root: Path | Non
         check_data(cfg.data, root)
         return
     cfg = config.resolve(path, None, sets)
+    if kind == "nightly":
+        from xai_ray.ops.nightly import check_nightly
+
+        check_nightly(cfg)
     if not remote.is_uri(cfg.store) and not Path(cfg.store).is_absolute():
         raise SubmitError(
             f"store {cfg.store!r} is relative: in a submitted job it would land in the job's temporary "
@@ -182,14 +197,18 @@ def auth_headers() -> dict:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def connect(address: str):
-    from ray.job_submission import JobSubmissionClient
-
+def check_address(address: str) -> None:
     if "://" not in address:  # host:port went to Ray's GCS client: half a minute of retries, a wrong hint
         raise SubmitError(
             f"--address {address!r} needs the Jobs API's URL, with its scheme: http://{address.removeprefix('//')} "
             "(the dashboard's port, 8265 by default; `ray dashboard cluster.yaml` tunnels it)"
         )
+
+
+def connect(address: str):
+    from ray.job_submission import JobSubmissionClient
+
+    check_address(address)
     try:
         return JobSubmissionClient(address, headers=auth_headers())
     except Exception as err:  # ConnectionError, AuthenticationError: one sentence, not a traceback

@@ -32,14 +32,20 @@ _LETTER = np.array([bool(_WORD.fullmatch(chr(c))) for c in range(128)])
 
 class Vocabulary:
     """Every token id's text as one Arrow array, read from the tokenizer once (a scoring actor
-    keeps it for its life); ids past its end are read when first seen."""
+    keeps it for its life); ids past its end are read when first seen. A tokenizer that cannot
+    name every id of its range (code of a model folder's own) is asked for a batch's ids instead."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
-        self.tokens = pa.array(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))), pa.string())
+        try:
+            self.tokens = pa.array(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))), pa.string())
+        except Exception:  # an id it never gives: not this actor's failure
+            self.tokens = None
 
     def take(self, ids: np.ndarray) -> pa.Array:
         """(T,) int ids -> (T,) their tokens."""
+        if self.tokens is None:
+            return pa.array(self.tokenizer.convert_ids_to_tokens(ids.tolist()), pa.string())
         if len(ids) and int(ids.max()) >= len(self.tokens):
             extra = range(len(self.tokens), int(ids.max()) + 1)
             added = pa.array(self.tokenizer.convert_ids_to_tokens(list(extra)), pa.string())

@@ -116,6 +116,9 @@ def push_run(local: str | Path, uri: str, run_id: str) -> None:
     rel = folder.relative_to(Path(local)).as_posix()
     if fs.get_file_info(f"{base}/{rel}/{MANIFEST}").type == pafs.FileType.File:
         raise StoreError(f"run {run_id!r} already exists in store {uri!r}; pick another run id")
+    # An upload cut short left files without a manifest (no reader sees them): another mirror's parts
+    # of the run would count beside this one's, so they go first
+    fs.delete_dir_contents(f"{base}/{rel}", missing_dir_ok=True)
     files = store_layout.store_files(local, folder)  # never a linked file: what it points at stays here
     files.sort(key=lambda p: p.name == MANIFEST)  # stable: everything else first, the manifest last
     with Progress(sum(p.stat().st_size for p in files) / 1e6, f"uploading run {run_id}", "MB") as bar:
