@@ -155,6 +155,24 @@ def test_words_take_their_filters_as_typed_values(api_run):
         run.words(layer="last")
     with pytest.raises(ConfigError, match="method must be a text"):
         run.words(method=["raw"])
+    with pytest.raises(ConfigError, match="has no method 'nope'"):  # was an empty frame, where topk refuses
+        run.words(method="nope")
+
+
+@pytest.mark.parametrize(
+    "given,says",
+    [
+        ({"exclude": 5}, "exclude takes 'punct', 'stop'"),  # was a bare TypeError
+        ({"k": 0}, "k must be"),  # not "--k": a notebook passes k=
+        ({"min_docs": 0}, "min_docs must be"),
+        ({"min_count": "x"}, "min_count must be an integer"),
+    ],
+)
+def test_topk_arguments_are_checked_under_their_own_names(api_run, given, says):
+    run, _, _ = api_run
+    with pytest.raises(ConfigError, match=says) as caught:
+        run.topk(method="rollout", **given)
+    assert "--" not in str(caught.value)
 
 
 def test_explain_renders_inline_with_word_scores(tiny_bert_dir):

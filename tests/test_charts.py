@@ -498,3 +498,28 @@ def test_words_that_name_javascript_object_members_are_drawn():
         svg = vl_convert.vegalite_to_svg(charts.spec(chart))
         drawn = {text.replace(charts.JOINER, "") for text in re.findall(r"<text[^>]*>([^<]+)</text>", svg)}
         assert set(expected) <= drawn, (name, sorted(drawn))
+
+
+def test_a_class_named_all_is_told_apart_from_the_overall_group(tmp_path):
+    """The overall ranking is group "all": a class of that name had its words counted in the
+    headline twice over (40 rows for 20) and lost its own panel."""
+    from xai_ray.report.context import context
+    from xai_ray.report.definition import DEFAULTS
+
+    write_run(
+        tmp_path,
+        "r1",
+        DOCS,
+        {
+            key: [(d, i, WORDS_OF[d][i], s) for d, sc in per.items() for i, s in enumerate(sc)]
+            for key, per in SCORES.items()
+        },
+    )
+    manifest = layout.run_dir(tmp_path, "r1") / "manifest.json"
+    named = json.loads(manifest.read_text())
+    named["model"]["labels"] = {"0": "all", "1": "positive"}
+    manifest.write_text(json.dumps(named))
+    top = context(tmp_path, "r1", {**DEFAULTS, "min_docs": 1}).topk_all()
+    assert set(top["group"]) == {"all", "all (class 0)", "positive"}
+    overall = top[top["group"] == "all"].groupby(["method", "layer"])["word"]
+    assert overall.apply(lambda words: words.is_unique).all()

@@ -443,6 +443,29 @@ def test_bidirectional_overrides_reach_no_page(tmp_path):
     assert "\u202e" not in iframe(page, 100) and "\u2066" not in iframe(page, 100)
 
 
+def test_bidirectional_overrides_reach_no_chart(tmp_path, capsys):
+    """A chart's spec went into the page as JSON, which writes U+202E as the escape \\u202e: the
+    page's replacement never saw it, and Vega drew it back in titles, axes and the explorer."""
+    import json
+
+    from xai_ray.report.outputs import script_json
+
+    spoofed = {"title": "Review rtl\u202eevil", "data": ["pos\u2067itive", "a \\u202e typed", "\\\u202e"]}
+    written = script_json(spoofed)
+    assert json.loads(written) == {
+        "title": "Review rtl\ufffdevil",
+        "data": ["pos\ufffditive", "a \\u202e typed", "\\\ufffd"],  # a backslash and "u202e" typed stay
+    }
+    store = tmp_path / "store"
+    rows = [{**d, "doc_id": d["doc_id"] + "\u202e"} for d in DOCS]  # in ids, the words and their charts
+    spoofed_words = {key: [(d + "\u202e", i, w + "\u2066", s) for d, i, w, s in value] for key, value in WORDS.items()}
+    write_run(store, "r1", rows, spoofed_words)
+    assert cli.main(["report", "--store", str(store), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "\u202e" not in page and "\\u202e" not in page.lower() and "\\u2066" not in page.lower()
+    assert "\\ufffd" in page  # the charts' data still show that something was there
+
+
 def test_charts_dir_and_out_naming_one_path_is_refused_before_the_page(store, tmp_path, monkeypatch, capsys):
     """`--format svg --charts-dir x.html --out x.html` wrote the page, then failed on the folder."""
     monkeypatch.chdir(tmp_path)

@@ -370,3 +370,31 @@ def test_the_inlined_vega_bundle_is_built_once_per_version_and_kept_in_the_user_
     monkeypatch.undo()  # vl-convert itself again
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     assert page.vega_bundle() == first and blocked.read_text() == "a file, not a folder"
+
+
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("examples: {max_words: abc}\n", "examples.max_words must be a whole number >= 1, got 'abc'"),
+        ("examples: {max_words: -5}\n", "examples.max_words must be a whole number >= 1"),
+        ("examples: {min_tokens: x}\n", "examples.min_tokens must be a whole number >= 0"),
+        ("agreement: {bins: 0}\n", "agreement.bins must be a whole number >= 1"),
+        ("agreement: {bins: 1.5}\n", "agreement.bins must be a whole number >= 1"),
+        ("agreement: {max_docs: -1}\n", "agreement.max_docs must be a whole number >= 1"),
+        ("highlight: {layer: 0}\n", "highlight.layer must be 'last' or a layer number"),
+        ("highlight: {layer: true}\n", "highlight.layer must be 'last' or a layer number"),
+        ("sections: summary\n", "sections must be a list of section names"),
+        ("sections: [summary, summary, headline]\n", "sections ['summary'] are listed twice"),
+    ],
+)
+def test_a_definition_value_of_the_wrong_type_or_range_is_one_sentence(tmp_path, text, says):
+    """Each was a traceback, a "damaged file?" message from DuckDB, an empty chart or a broken
+    page navigation."""
+    from xai_ray.config import ConfigError
+    from xai_ray.report.definition import load_definition
+
+    path = tmp_path / "d.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_definition(path)
+    assert says in str(caught.value) and "\n" not in str(caught.value)

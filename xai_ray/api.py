@@ -210,6 +210,7 @@ class Run:
         method = check("method", method, "str | None")
         layer = check("layer", layer, "int | None")
         doc_id = check("doc_id", doc_id, "str | None")
+        self._has_method(method)  # else an empty frame, where topk refuses
         frame = self._select("words", method=method, layer=layer, doc_id=doc_id)
         return frame.sort_values(["doc_id", "method", "layer", "word_id"], ignore_index=True)
 
@@ -236,6 +237,17 @@ class Run:
         from xai_ray.query.top_words import topk
         from xai_ray.report.leaderboard import lead_method
 
+        # this call's own names in its messages (topk's say --k, as the command line's flags)
+        method, layer = check("method", method, "str | None"), check("layer", layer, "int | None", Rule(lo=1))
+        k, min_count = check("k", k, "int", Rule(lo=1)), check("min_count", min_count, "int", Rule(lo=1))
+        by, stat = check("by", by, "str"), check("stat", stat, "str")
+        min_docs = check("min_docs", min_docs, "int | None", Rule(lo=1))
+        if not (
+            exclude is None
+            or isinstance(exclude, str)
+            or (isinstance(exclude, (list, tuple)) and all(isinstance(x, str) for x in exclude))
+        ):
+            raise ConfigError(f"exclude takes 'punct', 'stop', 'punct,stop', a list of them or None; got {exclude!r}")
         if method is None:
             methods = self.manifest.get("config", {}).get("methods") or ["rollout"]
             method, _ = lead_method(self._database(), self.run_id, methods)
@@ -251,6 +263,11 @@ class Run:
             min_docs=min_docs,
             exclude=exclude,
         )
+
+    def _has_method(self, method: str | None) -> None:
+        methods = self.manifest.get("config", {}).get("methods") or []
+        if method is not None and methods and method not in methods:
+            raise ConfigError(f"run {self.run_id!r} has no method {method!r}; it has {','.join(methods)}")
 
     def report(self, out: str | Path | None = None) -> Page:
         """The run's HTML report (``xai-ray report``), written to ``out`` (default: the run's report.html)."""

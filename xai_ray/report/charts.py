@@ -7,6 +7,8 @@ import json
 import altair as alt
 import pandas as pd
 
+from xai_ray.report.outputs import BIDI_CONTROLS
+
 WIDTH = 520
 
 
@@ -225,7 +227,7 @@ def topk_explorer(
     labels = base.mark_text(align="left", dx=3, dy=-5, fontSize=9).encode(x="ci_high:Q", text="label:N")
     # The title names the slice on show, so a screenshot or an exported PNG says what it is.
     shown = alt.ExprRef(
-        expr=f"{json.dumps(title)} + ': ' + pick_method + ', layer ' + pick_layer + ', '"
+        expr=f"{json.dumps(title.translate(BIDI_CONTROLS))} + ': ' + pick_method + ', layer ' + pick_layer + ', '"
         " + (pick_class == 'all' ? 'all reviews' : 'predicted ' + pick_class)"
         " + ', in >= ' + pick_min + ' reviews'"
     )

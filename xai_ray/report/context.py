@@ -95,8 +95,15 @@ class Context:
         return {"layer": self.last_layer, "bins": int(spec["bins"]), "max_docs": int(spec["max_docs"])}
 
     def topk_all(self) -> pd.DataFrame:
+        """Top words of every method and layer, over all reviews (group "all") and per predicted
+        class (its name; a class named "all" is told apart from the overall group by its index)."""
         top = wordstats.add_interval(self.query("report_topk_all", **self.topk_params()))
-        return top.assign(group=top["group"].map(lambda g: g if g == "all" else self.label(g)))
+
+        def group(value) -> str:
+            name = value if value == "all" else self.label(value)
+            return f"{name} (class {value})" if name == "all" and value != "all" else name
+
+        return top.assign(group=top["group"].map(group))
 
     def lean(self) -> pd.DataFrame:
         """Per method, layer and predicted class: how the report's top words of that class lean

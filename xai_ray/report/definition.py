@@ -66,9 +66,14 @@ def _whole(value) -> bool:
 
 
 def _check(d: dict) -> None:
+    if not isinstance(d["sections"], list) or not all(isinstance(s, str) for s in d["sections"]):
+        raise ConfigError("report definition: sections must be a list of section names")
     unknown = [s for s in d["sections"] if s not in SECTIONS]
     if unknown:
         raise ConfigError(f"report definition: unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+    twice = sorted({s for s in d["sections"] if d["sections"].count(s) > 1})
+    if twice:  # one page anchor per section: the navigation's links went to the first
+        raise ConfigError(f"report definition: sections {twice} are listed twice")
     if not (_whole(d["k"]) and 1 <= d["k"] <= MAX_K):
         raise ConfigError(f"report definition: k must be a whole number in [1, {MAX_K}] (as --k)")
     if d["min_count"] != "auto" and not (_whole(d["min_count"]) and d["min_count"] >= 1):
@@ -82,5 +87,14 @@ def _check(d: dict) -> None:
         raise ConfigError(f"report definition: {err}".replace("--", "")) from None
     if d["examples"]["pick"] not in ("shortest", "confident"):
         raise ConfigError("report definition: examples.pick must be 'shortest' or 'confident'")
-    if d["highlight"]["layer"] != "last" and not isinstance(d["highlight"]["layer"], int):
-        raise ConfigError("report definition: highlight.layer must be 'last' or a layer number")
+    if d["highlight"]["layer"] != "last" and not (_whole(d["highlight"]["layer"]) and d["highlight"]["layer"] >= 1):
+        raise ConfigError("report definition: highlight.layer must be 'last' or a layer number (1 = the first)")
+    counts = {  # key -> (value, least) whole numbers the sections' queries and charts take
+        "examples.min_tokens": (d["examples"]["min_tokens"], 0),
+        "examples.max_words": (d["examples"]["max_words"], 1),
+        "agreement.bins": (d["agreement"]["bins"], 1),
+        "agreement.max_docs": (d["agreement"]["max_docs"], 1),
+    }
+    for key, (value, least) in counts.items():
+        if not (_whole(value) and value >= least):
+            raise ConfigError(f"report definition: {key} must be a whole number >= {least}, got {value!r}")

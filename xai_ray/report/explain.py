@@ -26,7 +26,7 @@ from xai_ray.config import ConfigError, RunConfig
 from xai_ray.methods.head_summary import STATISTICS
 from xai_ray.report import charts, head_charts
 from xai_ray.report.blocks import number
-from xai_ray.report.outputs import check_target, write_page
+from xai_ray.report.outputs import check_target, script_json, write_page
 from xai_ray.report.sections import _curves, highlight_html
 from xai_ray.words import merge_attention
 
@@ -210,11 +210,6 @@ def encode(attention: np.ndarray) -> str:
     return base64.b64encode(quantised.tobytes()).decode("ascii")
 
 
-def _script_json(value) -> str:
-    text = json.dumps(value)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 def _scores_frame(row: dict, methods: list[str]) -> pd.DataFrame:
     """Per method, layer and word: the normalised [CLS] word score, as the words view holds it."""
     frames = []
@@ -290,7 +285,7 @@ def build_page(
     table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)
     bundle = vl_convert.javascript_bundle(vl_version=charts.vega_lite_version())
     embeds = "\n".join(
-        f"vegaEmbed('#chart-{i}', {_script_json(charts.spec(c))}, {{actions: false, renderer: 'svg'}}).catch(showError);"
+        f"vegaEmbed('#chart-{i}', {script_json(charts.spec(c))}, {{actions: false, renderer: 'svg'}}).catch(showError);"
         for i, c in enumerate(charts_)
     )
     title = html.escape(f"xai-ray explain: {row['doc_id']}")
@@ -319,7 +314,7 @@ click one to pick it.</p>
 <section id='head-statistics'><h2>This review's per-head statistics</h2>
 <p class='note'>The corpus statistics of a run's report, for this review alone.</p>
 <div class='chart' id='chart-2'></div></section>
-<script type="application/json" id="xai-data">{_script_json(data)}</script>
+<script type="application/json" id="xai-data">{script_json(data)}</script>
 <script>
 function showError(err) {{ console.error(err); }}
 {embeds}

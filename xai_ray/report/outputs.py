@@ -11,6 +11,8 @@ one sentence naming the path.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from xai_ray.config import ConfigError
@@ -56,6 +58,16 @@ def check_target(out: str | Path, option: str = "--out", store: str | Path | Non
 # class name or an id holding U+202E turned the text after it around in the page (spoofing what a
 # reader sees). A page shows each as U+FFFD, so the reader sees that something was there.
 BIDI_CONTROLS = {code: "\ufffd" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+# The same controls as JSON writes them (\u202e), not preceded by a backslash of the text's own
+_BIDI_ESCAPES = re.compile(r"(?<!\\)((?:\\\\)*)\\u(?:202[a-e]|206[6-9])", re.IGNORECASE)
+
+
+def script_json(value) -> str:
+    """``value`` as JSON safe inside <script>: no '<', '>' or '&' can close the tag or open a
+    comment, and no bidirectional control, which JSON writes as an escape that ``write_page``
+    never sees and Vega draws back as the character: each is written as U+FFFD's escape."""
+    text = _BIDI_ESCAPES.sub(lambda found: found.group(1) + "\\ufffd", json.dumps(value))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def write_page(out: str | Path, text: str | bytes, option: str = "--out") -> Path:

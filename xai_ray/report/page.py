@@ -11,7 +11,6 @@ definition (``reports/default.yaml``; ``--definition PATH``); the sections thems
 from __future__ import annotations
 
 import html
-import json
 import os
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from xai_ray.report import charts
 from xai_ray.report.blocks import Fragment, Section
 from xai_ray.report.context import Context, context
 from xai_ray.report.definition import load_definition
-from xai_ray.report.outputs import OutputError, check_target, write_page
+from xai_ray.report.outputs import OutputError, check_target, script_json, write_page
 from xai_ray.report.sections import BUILDERS
 from xai_ray.store import layout
 
@@ -121,12 +120,6 @@ def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]
     return written
 
 
-def _script_json(spec: dict) -> str:
-    """JSON that is safe inside <script>: no '<', '>' or '&' can close the tag or open a comment."""
-    text = json.dumps(spec)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 # Highlight shades w0..w9: orange at growing opacity, light enough for the text to stay legible.
 SHADE_CSS = "".join(f".w{i}{{background:rgba(245,133,24,{i / 9 * 0.8:.2f})}}" for i in range(10))
 STYLE = (
@@ -179,7 +172,7 @@ def _page(ctx: Context, sections: list[Section]) -> str:
                 continue
             body.append(f"<div class='chart' id='chart-{index}'></div>")
             scripts.append(
-                f"vegaEmbed('#chart-{index}', {_script_json(charts.spec(item))}, "
+                f"vegaEmbed('#chart-{index}', {script_json(charts.spec(item))}, "
                 "{actions: false, renderer: 'svg'}).catch(showError);"
             )
             index += 1
