@@ -425,3 +425,16 @@ def test_a_resume_after_the_model_or_the_corpus_changed_is_refused_before_scorin
     with pytest.raises(StoreError, match="the corpus files and model folder of the unfinished run_id=x changed"):
         pipeline.open_writer(resolve(None, flags, []), "x")
     assert (pipeline_staging := tmp_path / "s" / "_staging" / "run_id=x").is_dir() and any(pipeline_staging.iterdir())
+
+
+def test_a_decimal_id_column_gives_each_row_its_digits(tmp_path):
+    """A Parquet decimal id was refused for every row as '"1.50"': doc_id is a value."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = pa.array([decimal.Decimal("1.50"), decimal.Decimal("2")], pa.decimal128(5, 2))
+    pq.write_table(pa.table({"id": ids, "text": ["x good", "y bad"], "label": [1, 0]}), tmp_path / "d.parquet")
+    kept, rejected = screen(read_corpus(str(tmp_path / "d.parquet")), [0, 1])
+    assert kept.doc_id.tolist() == ["1.50", "2.00"] and rejected.empty

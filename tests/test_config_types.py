@@ -255,3 +255,41 @@ def test_a_report_definition_is_read_as_plainly_as_a_config(tmp_path):
         load_definition(path)
     path.write_text("k: 30\n")
     assert load_definition(path)["k"] == 30
+
+
+def test_a_tilde_in_a_path_key_is_the_home_folder_wherever_it_came_from(tmp_path, monkeypatch):
+    """`store: ~/s` in YAML or --set reaches no shell: staging went to ./~/s, the empty tables to
+    the home folder (pyarrow expands it), and the run died after scoring."""
+    import os
+
+    from xai_ray.config import resolve
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "c.yaml").write_text("store: ~/from-yaml\ndata: ~/d.csv\n")
+    cfg = resolve(tmp_path / "c.yaml", None, ["model=~/m"])
+    assert (cfg.store, cfg.data, cfg.model) == tuple(
+        os.path.join(str(tmp_path), n) for n in ("from-yaml", "d.csv", "m")
+    )
+    assert resolve(None, None, ["store=~/from-set"]).store == str(tmp_path / "from-set")
+    assert resolve(None, None, ["store=s3://b/~x"]).store == "s3://b/~x"  # a URI is left as it is
+
+
+def test_a_resume_takes_its_runs_settings_and_nothing_that_would_move_it(tmp_path, capsys):
+    """--config was dropped without a word, and --set run_id started a new run beside the
+    unfinished one (which stayed unfinished)."""
+    from xai_ray import cli
+    from xai_ray.config import ConfigError
+    from xai_ray.pipeline import resume_config
+    from xai_ray.store import layout
+
+    staged = layout.staged_config(tmp_path, "r")
+    staged.parent.mkdir(parents=True)
+    staged.write_text("model: minilm\n")
+    for sets in (["run_id=other"], ["store=/elsewhere"]):
+        with pytest.raises(ConfigError, match=f"--set {sets[0].split('=')[0]} cannot move it"):
+            resume_config(str(tmp_path), "r", None, sets)
+    assert resume_config(str(tmp_path), "r", None, ["batch_size=4"]).run_id == "r"
+    (tmp_path / "y.yaml").write_text("methods: [raw]\n")
+    for extra in (["--config", str(tmp_path / "y.yaml")], ["--run-id", "other"]):
+        assert cli.main(["run", "--resume", "r", "--store", str(tmp_path), *extra]) == 2
+        assert "--config and another --run-id cannot be given with it" in capsys.readouterr().err

@@ -181,7 +181,7 @@ def test_a_target_the_model_lacks_stops_the_job_in_one_sentence(tiny_bert_dir, t
 def test_nightly_knows_a_document_only_under_the_same_target(tiny_bert_dir):
     """The nightly key holds the target (and integrated gradients' steps) when a class-specific
     method runs, and reads back the same from the run's manifest, so known documents are found."""
-    from xai_ray.ops.nightly import manifest_key, scoring_key, target_key
+    from xai_ray.ops.night_key import manifest_key, scoring_key, target_key
 
     assert target_key(("raw", "rollout"), "pred", 20) == {}  # runs of attention methods match older runs
     for sets in (["methods=grad_rollout,raw", "target=label"], ["methods=integrated_gradients", "target=1"]):

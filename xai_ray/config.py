@@ -9,6 +9,7 @@ Over 300 lines: every run key's default, check and one-sentence error sit togeth
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -106,6 +107,10 @@ class RunConfig(CorpusSource):
         if isinstance(self.evaluate_fractions, (int, float)) and not isinstance(self.evaluate_fractions, bool):
             object.__setattr__(self, "evaluate_fractions", (self.evaluate_fractions,))
         check_all(self, RULES)  # every key's type and range (xai_ray.keys)
+        for key in ("data", "store", "model"):  # a "~" in YAML or --set reaches no shell: expanded here, once
+            value = getattr(self, key)
+            if isinstance(value, str) and value.startswith("~"):
+                object.__setattr__(self, key, os.path.expanduser(value))
         if not self.methods:
             raise ConfigError("methods is empty: name at least one of " + ", ".join(sorted(REGISTRY)))
         for name in self.methods:

@@ -89,6 +89,11 @@ def cmd_run(args) -> int:
 
     given = {**flags.run_flags(args), "run_id": args.run_id, "report": args.report}
     if args.resume is not None:  # "" too: an empty id names no run (it started a new one with the defaults)
+        if args.config is not None or args.run_id not in (None, args.resume):  # each was dropped without a word
+            raise ConfigError(
+                "--resume finishes a run with the settings it was started with (its staging keeps them); "
+                "--config and another --run-id cannot be given with it"
+            )
         given = {k: v for k, v in given.items() if k not in ("store", "run_id")}
         cfg = pipeline.resume_config(args.store or "store", args.resume, given, args.sets)
     else:

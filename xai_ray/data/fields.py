@@ -20,6 +20,7 @@ no id into ``1.0``). Decided here:
 from __future__ import annotations
 
 import csv
+import decimal
 import json
 import math
 import numbers
@@ -159,6 +160,8 @@ def id_text(value) -> tuple[str | None, str | None]:
         return str(int(value)), None
     if isinstance(value, float):  # only from a float Parquet column: its shortest exact text
         return repr(value), None
+    if isinstance(value, decimal.Decimal):  # a decimal Parquet column: its digits as written
+        return str(value), None
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="backslashreplace"), None
     return json.dumps(value, default=str)[:80], f"doc_id is a {json_kind(value)}, not a string or number"

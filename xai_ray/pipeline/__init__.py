@@ -10,6 +10,7 @@ staging, and the driver collects their records and publishes. Each stage can be 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import time
 from dataclasses import dataclass, replace
@@ -237,6 +238,7 @@ def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list
             "--resume needs the id of the unfinished run, as the line that said it stopped gives it "
             "(its parts are in STORE/_staging/run_id=ID)"
         )
+    store = os.path.expanduser(store)  # as RunConfig takes it
     local = remote.local_store(store)  # a store URI's staging and runs are in this machine's mirror
     saved = layout.staged_config(local, run_id)
     if not saved.is_file():
@@ -247,6 +249,11 @@ def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list
         if layout.run_dir(local, run_id).is_dir():
             raise StoreError(f"run {run_id!r} in store {store!r} is already complete; nothing to resume")
         raise StoreError(f"store {store!r} has no unfinished run {run_id!r} to resume")
+    moved = [
+        item.partition("=")[0].strip() for item in sets or [] if item.partition("=")[0].strip() in ("run_id", "store")
+    ]
+    if moved:  # --set outranks flags: it started another run, elsewhere, and left this one unfinished
+        raise ConfigError(f"--resume {run_id} finishes that run in its store; --set {moved[0]} cannot move it")
     flags = {**(flags or {}), "store": store, "run_id": run_id}
     return resolve(saved, flags, sets)
 
