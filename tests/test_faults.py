@@ -717,14 +717,14 @@ def test_a_damaged_run_stops_neither_a_command_about_another_run_nor_that_runs_a
     part.write_bytes(part.read_bytes()[:100])
     with pytest.raises(QueryError, match="run 'old' is damaged"):
         open_store(store)
-    assert open_store(store, runs=["r"]).execute("select count(distinct run_id) from docs").fetchone() == (1,)
+    assert open_store(store, run="r").execute("select count(distinct run_id) from docs").fetchone() == (1,)
     assert aggregate(store, "r", k=3)["method"] in METHODS
     assert (
         cli.main(["topk", "--store", str(store), "--run", "r", "--method", "raw", "--k", "2", "--format", "csv"]) == 0
     )
     assert len(capsys.readouterr().out.splitlines()) == 3  # a header and two words
     with pytest.raises(QueryError, match=r"no run 'gone' in the store; runs: "):
-        open_store(store, runs=["gone"])
+        open_store(store, run="gone")
 
 
 def test_a_run_folder_renamed_to_a_name_the_engine_decodes_is_refused(tmp_path, batches):

@@ -172,7 +172,7 @@ class Run:
         from xai_ray.store import remote
 
         local = remote.local_store(store)
-        row = query.pick_run(query.open_store(local, runs=None if run_id is None else [run_id]), run_id)
+        row = query.pick_run(query.open_store(local, run=run_id), run_id)
         return cls(store=local, run_id=row["run_id"], manifest=json.loads(row["manifest"]))
 
     @property
@@ -187,7 +187,7 @@ class Run:
         if self._db is None:
             from xai_ray.query import connection as query
 
-            self._db = query.open_store(self.store, runs=[self.run_id])
+            self._db = query.open_store(self.store, run=self.run_id)
         return self._db
 
     @property

@@ -179,8 +179,7 @@ def cmd_topk(args) -> int:
     from xai_ray.store.remote import local_store
 
     limits = limits_of(args)
-    runs = None if args.run_id is None else [args.run_id]  # another run's damage does not stop it
-    con = open_store(local_store(args.store), limits=limits, runs=runs)
+    con = open_store(local_store(args.store), limits=limits, run=args.run_id)  # another run's damage: no matter
     with limited(con, limits.timeout_s):
         method = args.method
         if method is None:  # the run's own leaderboard decides

@@ -35,7 +35,7 @@ def evaluate_run(
     from xai_ray import pipeline
 
     started = time.perf_counter()
-    con = open_store(store, runs=None if run_id is None else [run_id])
+    con = open_store(store, run=run_id)
     run = pick_run(con, run_id)
     run_id, manifest = run["run_id"], json.loads(run["manifest"])
     # the writer's own test (add_faithfulness), asked before any document is scored again: the

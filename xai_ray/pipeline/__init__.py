@@ -366,7 +366,7 @@ def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
 
     keep_aggregates(store, run_id)
     keep_word_totals(store, run_id)
-    con = open_store(store, runs=[run_id])
+    con = open_store(store, run=run_id)
     run = pick_run(con, run_id)
     summary = run_named(con, "summary", run_id=run_id).iloc[0].to_dict()
     methods = run["methods"].split(",")

@@ -120,7 +120,7 @@ def _review_rows(doc_id, doc: pd.DataFrame, rationale, units: str, seed: int) ->
 def add_plausibility(cfg: RunConfig, run_id: str) -> dict:
     """Score the published run ``run_id`` against ``cfg.rationales``; returns the counts it added."""
     rationales = read_rationales(cfg)
-    con = open_store(cfg.store, runs=[run_id])
+    con = open_store(cfg.store, run=run_id)
     try:
         words = run_named(con, "run_word_scores", run_id=run_id)
     finally:

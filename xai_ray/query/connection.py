@@ -56,10 +56,10 @@ def sql_text(name: str) -> str:
 
 
 def open_store(
-    store: str | Path, sandbox: bool = True, limits: Limits | None = None, runs: list[str] | None = None
+    store: str | Path, sandbox: bool = True, limits: Limits | None = None, run: str | None = None
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the store's views, locked down unless ``sandbox=False``.
-    ``runs``: the views hold only these runs (a stage or command about one run: another run of the
+    ``run``: the views hold only that run (a stage or command about one run: another run of the
     store that is damaged does not stop it), else every run."""
     root = Path(store).resolve()
     if not root.is_dir():
@@ -71,10 +71,9 @@ def open_store(
     con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
     con.execute(sql_text("macro_word_key"))  # what a word is to them (lower case, NFC, one apostrophe)
     published = store_layout.list_runs(root)
-    unknown = sorted(set(runs or ()) - set(published))
-    if unknown:
-        raise QueryError(f"no run {unknown[0]!r} in the store; runs: {', '.join(published) or 'none yet'}")
-    runs = [store_layout.run_dir(root, run_id) for run_id in published if runs is None or run_id in runs]
+    if run is not None and run not in published:
+        raise QueryError(f"no run {run!r} in the store; runs: {', '.join(published) or 'none yet'}")
+    runs = [store_layout.run_dir(root, run_id) for run_id in published if run is None or run_id == run]
     readable = _create_views(con, root, runs, TABLES, "view")
     con.from_arrow(_runs_table(runs)).create_view("runs")
     totals = [store_layout.aggregate_file(root, store_layout.run_id_of(run), WORD_TOTALS) for run in runs]

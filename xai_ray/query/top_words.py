@@ -29,7 +29,7 @@ TOTALS_OPTIONS = {
 def keep_word_totals(store: str | Path, run_id: str) -> Path:
     """The aggregate stage's word totals (``sql/word_totals.sql``, one method and layer at a time),
     kept beside the run, so ``topk`` over all documents or by predicted class reads only these."""
-    con = open_store(store, runs=[run_id])
+    con = open_store(store, run=run_id)
     slices = manifest_slices(json.loads(pick_run(con, run_id)["manifest"])) or [("", 0)]  # none: the empty frame
     frames = [run_named(con, WORD_TOTALS, run_id=run_id, method=method, layer=layer) for method, layer in slices]
     frame = pd.concat(frames, ignore_index=True).sort_values(["method", "layer", "word"])

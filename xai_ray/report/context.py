@@ -170,7 +170,7 @@ def context(
     connection to report on instead (e.g. ``query.open_union``: aggregates kept beside a run are
     then not used); ``extra``: data for sections that need more than the store (nightly changes)."""
     given = con is not None
-    con = con if given else open_store(store, runs=None if run_id is None else [run_id])
+    con = con if given else open_store(store, run=run_id)
     run = pick_run(con, run_id)
     manifest = json.loads(run["manifest"])
     summary = run_named(con, "summary", run_id=run["run_id"]).iloc[0].to_dict()

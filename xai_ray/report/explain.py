@@ -131,7 +131,7 @@ def explain_stored(
     options) unless told otherwise."""
     from xai_ray.query.connection import QueryError, open_store, pick_run, run_named
 
-    con = open_store(store, runs=None if run_id is None else [run_id])
+    con = open_store(store, run=run_id)
     run = pick_run(con, run_id)
     found = run_named(con, "explain_doc", run_id=run["run_id"], doc_id=str(doc_id))
     if found.empty:

@@ -94,9 +94,8 @@ def _words(points: np.ndarray, sizes: list[int], indexes, n_words: np.ndarray, o
     space, mark, letter = _classes(points)  # (chars,) each
     ends = _past_marks(starts, ends, seen, mark, high)  # words.with_marks
     first, last = np.clip(starts, low, high), np.clip(ends, low, high)  # as a slice of its text clips
-    at = np.arange(len(points))
-    next_solid = np.append(np.minimum.accumulate(np.where(~space, at, len(points))[::-1])[::-1], len(points))
-    last_solid = np.maximum.accumulate(np.where(~space, at, -1))  # (chars,)
+    next_solid = _next(~space)  # (chars + 1,)
+    last_solid = np.maximum.accumulate(np.where(~space, np.arange(len(points)), -1))  # (chars,)
     stripped_first = np.minimum(next_solid[first], last)  # str.strip()
     stripped_last = np.maximum(np.where(last > 0, last_solid[np.maximum(last - 1, 0)] + 1, 0), stripped_first)
     words = np.stack([stripped_first, stripped_last], axis=1) * seen[:, None]  # (W, 2); no pieces: ""
@@ -132,10 +131,16 @@ def _past_marks(starts, ends, seen, mark, high) -> np.ndarray:
         return ends
     stop = ~mark
     stop[starts[seen & (starts < len(mark))]] = True  # a mark where a word starts stays that word's
-    at = np.arange(len(mark))
-    next_stop = np.append(np.minimum.accumulate(np.where(stop, at, len(mark))[::-1])[::-1], len(mark))
+    next_stop = _next(stop)
     inside = seen & (ends < high) & (ends >= 0)
     return np.where(inside, np.minimum(next_stop[np.clip(ends, 0, len(mark))], high), ends)
+
+
+def _next(mask: np.ndarray) -> np.ndarray:
+    """(n + 1,): for each position p (and n), the first position at or after p where ``mask``
+    holds, else n. One running minimum from the end."""
+    at = np.where(mask, np.arange(len(mask)), len(mask))
+    return np.append(np.minimum.accumulate(at[::-1])[::-1], len(mask))
 
 
 def _units(points, letter, words: np.ndarray, starts: np.ndarray, ends: np.ndarray, seen, doc) -> list:
