@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from xai_ray.query.connection import open_store  # noqa: E402
-from xai_ray.query.top_words import keep_word_totals  # noqa: E402
+from xai_ray.query.word_totals import keep_word_totals  # noqa: E402
 from xai_ray.scoring.rows import row_schema  # noqa: E402
 from xai_ray.store import layout  # noqa: E402
 from xai_ray.store.files import write_parquet  # noqa: E402

@@ -29,7 +29,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xai_ray.query.connection import open_store, run_named
-from xai_ray.query.top_words import keep_word_totals, topk
+from xai_ray.query.top_words import topk
+from xai_ray.query.word_totals import keep_word_totals
 from xai_ray.query.wordstats import default_min_docs, query_params
 from xai_ray.store import layout, schemas
 from xai_ray.store.files import write_parquet  # noqa: E402

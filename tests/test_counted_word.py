@@ -73,6 +73,7 @@ def test_every_topk_query_asks_the_macro_and_spells_no_rule_of_its_own():
     assert [p.stem for p in takers] == [
         "report_contrast",
         "report_topk_all",
+        "report_topk_all_totals",
         "topk",
         "topk_grouped",
         "topk_lean",

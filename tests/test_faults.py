@@ -535,7 +535,8 @@ def test_a_run_that_scored_nothing_leaves_the_next_runs_topk_alone(tmp_path, bat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from xai_ray.query.top_words import keep_word_totals, topk
+    from xai_ray.query.top_words import topk
+    from xai_ray.query.word_totals import keep_word_totals
 
     for run_id, chosen in (("a-empty", batches[4:]), ("b-full", batches[:4])):
         writer = RunWriter(tmp_path, run_id, METHODS)

@@ -22,7 +22,8 @@ from xai_ray import cli
 from xai_ray.query import wordstats
 from xai_ray.query.connection import open_store
 from xai_ray.query.lean import lean, sentences, topk_lean
-from xai_ray.query.top_words import keep_word_totals, topk
+from xai_ray.query.top_words import topk
+from xai_ray.query.word_totals import keep_word_totals
 from xai_ray.store import layout
 
 WORDS = {

@@ -260,3 +260,22 @@ def test_a_run_with_no_scored_document_beside_another_reads_its_missing_values_a
     run = pick_run(open_store(tmp_path), "failed")
     assert run["model_fingerprint"] is None and run["n_docs"] == 0 and run["run_id"] == "failed"
     assert pick_run(open_store(tmp_path), None)["run_id"] == "failed"  # the newest
+
+
+def test_word_totals_summed_in_one_scan_hold_each_words_share_and_lift(store):
+    """The aggregate stage's wide scan of layout 3 (a kept share among its rows) against the
+    expected words above: every word occurs once in one document, so its totals are its own."""
+    from xai_ray.query.word_totals import SUMS, word_totals
+
+    con = open_store(store)
+    got = word_totals(con, store, "three").sort_values(["layer", "word"], ignore_index=True)
+    expected = sorted((layer, word, share, lift) for _, layer, _, word, share, _, lift in expected_words())
+    assert [(r.layer, r.word) for r in got.itertuples()] == [(layer, word) for layer, word, _, _ in expected]
+    np.testing.assert_allclose(got["total_share"], [e[2] for e in expected], rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(got["total_lift"], [e[3] for e in expected], rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(got["squares_lift"], [e[3] ** 2 for e in expected], rtol=1e-6, atol=1e-12)
+    assert set(got["method"]) == {"raw"} and set(got["pred"]) == {1}
+    assert (got["occurrences"] == 1).all() and (got["documents"] == 1).all()
+    by_slice = word_totals(con, store, "three", wide=False).sort_values(["layer", "word"], ignore_index=True)
+    assert by_slice.drop(columns=list(SUMS)).equals(got.drop(columns=list(SUMS)))  # the words view, slice by slice
+    np.testing.assert_allclose(by_slice[list(SUMS)], got[list(SUMS)], rtol=1e-12)

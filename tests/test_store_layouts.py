@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -181,3 +182,23 @@ def test_the_run_config_chooses_the_layout_a_new_run_is_written_in(tmp_path, bat
     con = open_store(tmp_path)
     for view in ("tokens", "words"):
         assert rows(con, view, "r2") == rows(con, view, "r3") != []
+
+
+def test_the_kept_word_totals_are_the_same_in_every_layout_and_either_way_of_summing(store):
+    """Layout 3 sums several slices in one scan of its parts; layout 2, and layout 3 slice by slice,
+    through the words view. Rollout at layer 1 is held by the second part only."""
+    from xai_ray.query.word_totals import SUMS, word_totals
+
+    con = open_store(store)
+    keys = ["method", "layer", "pred", "word"]
+    frames = {
+        (run_id, wide): word_totals(con, store, run_id, wide=wide).sort_values(keys, ignore_index=True)
+        for run_id, wide in (("two", False), ("three", False), ("three", True))
+    }
+    reference = frames[("two", False)]
+    assert len(reference) > 0 and set(reference["method"]) == set(METHODS)
+    rollout_1 = reference[(reference["method"] == "rollout") & (reference["layer"] == 1)]
+    assert 0 < rollout_1["documents"].max() <= 3  # the second batch's documents only
+    for key, frame in frames.items():
+        assert frame.drop(columns=list(SUMS)).equals(reference.drop(columns=list(SUMS))), key
+        np.testing.assert_allclose(frame[list(SUMS)], reference[list(SUMS)], rtol=1e-9, err_msg=str(key))

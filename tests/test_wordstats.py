@@ -241,7 +241,7 @@ def test_cli_topk_takes_the_statistic_support_and_word_classes(tmp_path, capsys)
 
 @pytest.mark.parametrize("stat", ["lift", "share"])
 def test_kept_word_totals_answer_topk_exactly_as_the_scan(tmp_path, stat):
-    from xai_ray.query.top_words import keep_word_totals
+    from xai_ray.query.word_totals import keep_word_totals
 
     rng = np.random.default_rng(5)
     vocab = ["good", "bad", ".", "the", "plot", "wasn't", "film", "!", "dull", "great"]
@@ -265,3 +265,33 @@ def test_kept_word_totals_answer_topk_exactly_as_the_scan(tmp_path, stat):
         for column in ("mean_score", "sd", "ci_low", "ci_high"):
             np.testing.assert_allclose(got[column], expected[column], rtol=1e-6)
     assert len(run_sql(con, "select * from word_totals")) > 0  # the fast path was there to take
+
+
+@pytest.mark.parametrize("stat", ["lift", "share"])
+def test_the_reports_top_words_from_the_kept_totals_are_those_of_the_scan(tmp_path, stat):
+    """The report's top words of every slice (report_topk_all.sql, a scan of every word) and the
+    same from the word totals the aggregate stage keeps: the same rows; the report takes the
+    totals once they are kept."""
+    from xai_ray.query.connection import run_named
+    from xai_ray.query.word_totals import keep_word_totals
+    from xai_ray.report.context import context
+    from xai_ray.report.definition import load_definition
+
+    rng = np.random.default_rng(11)
+    vocab = ["good", "bad", ".", "the", "plot", "wasn't", "film", "!", "dull", "great", "Café", "cafe\u0301"]
+    rows = []
+    for i in range(60):
+        words = list(rng.choice(vocab, size=rng.integers(2, 14)))
+        shares = rng.random(len(words))
+        rows.append(doc_row(f"d{i}", words, list(shares / shares.sum()), pred=int(rng.integers(0, 2))))
+    con = write_store(tmp_path, rows)
+    params = {"k": 6, **wordstats.query_params(stat, 3, 2, ("punct",))}
+    scanned = run_named(con, "report_topk_all", run_id="r", **params)
+    assert context(tmp_path, "r", load_definition(None)).source("report_topk_all") == "report_topk_all"
+    keep_word_totals(tmp_path, "r")
+    assert context(tmp_path, "r", load_definition(None)).source("report_topk_all") == "report_topk_all_totals"
+    got = run_named(open_store(tmp_path), "report_topk_all_totals", run_id="r", **params)
+    exact = ["method", "layer", "group", "rank", "word", "occurrences", "documents"]
+    assert len(scanned) > 6 and set(scanned["group"]) == {"0", "1", "all"}
+    assert got[exact].values.tolist() == scanned[exact].values.tolist()
+    np.testing.assert_allclose(got[["mean_score", "sd"]], scanned[["mean_score", "sd"]], rtol=1e-9)

@@ -359,13 +359,14 @@ def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
     """Stage 5: the run's corpus-wide aggregates, kept beside it for the report, and its headline
     numbers and top words (of the method the run's leaderboard ranks best: report.leaderboard) for the log."""
     from xai_ray.query.connection import open_store, pick_run, run_named
-    from xai_ray.query.top_words import keep_word_totals, topk
+    from xai_ray.query.top_words import topk
+    from xai_ray.query.word_totals import keep_word_totals
     from xai_ray.report.aggregates import keep_aggregates
     from xai_ray.report.definition import DEFAULTS
     from xai_ray.report.leaderboard import lead_method
 
+    keep_word_totals(store, run_id)  # first: the report's top words are ranked from them
     keep_aggregates(store, run_id)
-    keep_word_totals(store, run_id)
     con = open_store(store, run=run_id)
     run = pick_run(con, run_id)
     summary = run_named(con, "summary", run_id=run_id).iloc[0].to_dict()

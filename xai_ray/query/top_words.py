@@ -3,47 +3,10 @@ defines them, from the word totals the aggregate stage keeps beside a run when i
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pandas as pd
 
 from xai_ray.query import wordstats
-from xai_ray.query.connection import WORD_TOTALS, QueryError, open_store, pick_run, run_named
-from xai_ray.query.views import manifest_slices
-from xai_ray.store import schemas
-from xai_ray.store.aggregates import write_aggregate
-
-TOTALS_ROW_GROUP = 32_768
-# The sums stay float64 (topk's variance is a difference of them) but split by byte before zstd, as
-# the parts' scores are; only the two string columns get dictionary pages: a third smaller than
-# with pyarrow's defaults on a real run (17.8 -> 11.8 KB a review, 192 reviews), the same values.
-SUMS = ("total_lift", "squares_lift", "total_share", "squares_share")
-TOTALS_OPTIONS = {
-    "compression": "zstd",
-    "use_dictionary": ["method", "word"],
-    "column_encoding": dict.fromkeys(SUMS, "BYTE_STREAM_SPLIT"),
-}
-
-
-def keep_word_totals(store: str | Path, run_id: str) -> Path:
-    """The aggregate stage's word totals (``sql/word_totals.sql``, one method and layer at a time),
-    kept beside the run, so ``topk`` over all documents or by predicted class reads only these."""
-    con = open_store(store, run=run_id)
-    slices = manifest_slices(json.loads(pick_run(con, run_id)["manifest"])) or [("", 0)]  # none: the empty frame
-    frames = [run_named(con, WORD_TOTALS, run_id=run_id, method=method, layer=layer) for method, layer in slices]
-    frame = pd.concat(frames, ignore_index=True).sort_values(["method", "layer", "word"])
-    # sorted by method and layer in small row groups: a top-k of one slice reads only its groups
-    return write_aggregate(
-        store,
-        run_id,
-        WORD_TOTALS,
-        {"query": WORD_TOTALS},
-        frame,
-        row_group_size=TOTALS_ROW_GROUP,
-        schema=schemas.WORD_TOTALS,  # a run that scored nothing writes the same types as the others
-        **TOTALS_OPTIONS,
-    )
+from xai_ray.query.connection import WORD_TOTALS, QueryError, pick_run, run_named
 
 
 def has_word_totals(con, run_id: str) -> bool:

@@ -61,9 +61,10 @@ def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dic
         definition = load_definition(definition)
     ctx = context(store, run_id, definition, None)
     kept = []
-    for name, params in planned(ctx):
-        frame = run_named(ctx.con, name, run_id=ctx.run_id, **params)
-        kept.append(write_aggregate(store, ctx.run_id, name, kept_tag(name, params), frame))
+    for name, params in planned(ctx):  # computed again, not read: faithfulness may have been added since
+        source = ctx.source(name)
+        frame = run_named(ctx.con, source, run_id=ctx.run_id, **params)
+        kept.append(write_aggregate(store, ctx.run_id, name, kept_tag(source, params), frame))
     if "faithfulness" in definition["sections"] and has_relation(ctx.con, "faithfulness"):
         summary = faithfulness_summary(run_named(ctx.con, "report_faithfulness", run_id=ctx.run_id))
         if not summary.empty:  # a run without --evaluate keeps nothing

@@ -15,6 +15,7 @@ from xai_ray.config import ConfigError
 from xai_ray.query import wordstats
 from xai_ray.query.connection import open_store, pick_run, run_named, sql_text
 from xai_ray.query.lean import flagged, lean, sentences
+from xai_ray.query.top_words import has_word_totals
 from xai_ray.report.leaderboard import lead_method
 from xai_ray.store.aggregates import read_aggregate
 
@@ -59,11 +60,19 @@ class Context:
         """A named query of this run; cached, so sections sharing an aggregate scan once."""
         key = (name, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())))
         if key not in self.cache:
-            kept = None
+            kept, source = None, self.source(name)
             if self.store and name in KEPT:
-                kept = read_aggregate(self.store, self.run_id, name, kept_tag(name, params))
-            self.cache[key] = kept if kept is not None else run_named(self.con, name, run_id=self.run_id, **params)
+                kept = read_aggregate(self.store, self.run_id, name, kept_tag(source, params))
+            self.cache[key] = kept if kept is not None else run_named(self.con, source, run_id=self.run_id, **params)
         return self.cache[key]
+
+    def source(self, name: str) -> str:
+        """The named query that computes ``name`` for this run: the top words of every slice from
+        the word totals the run's aggregate stage kept, where it kept them (a scan of every word
+        otherwise)."""
+        if name == "report_topk_all" and has_word_totals(self.con, self.run_id):
+            return "report_topk_all_totals"
+        return name
 
     def label(self, value) -> str:
         try:

@@ -1,6 +1,6 @@
 -- Which words count in a top-k list: the one definition every top-k query calls (topk.sql,
--- topk_grouped.sql, topk_totals.sql, report_topk_all.sql, report_contrast.sql, topk_lean.sql,
--- topk_lean_totals.sql), created on every connection (query.connection). A word counts when it is
+-- topk_grouped.sql, topk_totals.sql, report_topk_all.sql, report_topk_all_totals.sql,
+-- report_contrast.sql, topk_lean.sql, topk_lean_totals.sql), created on every connection (query.connection). A word counts when it is
 -- in at least min_docs documents and has at least min_count occurrences, and is not a word class
 -- left out: with exclude_punct, a word made only of Unicode punctuation or symbols (categories P*
 -- and S*); a word of stopwords (the caller's list, lower case; empty to keep them). The queries
