@@ -438,3 +438,18 @@ def test_a_decimal_id_column_gives_each_row_its_digits(tmp_path):
     pq.write_table(pa.table({"id": ids, "text": ["x good", "y bad"], "label": [1, 0]}), tmp_path / "d.parquet")
     kept, rejected = screen(read_corpus(str(tmp_path / "d.parquet")), [0, 1])
     assert kept.doc_id.tolist() == ["1.50", "2.00"] and rejected.empty
+
+
+def test_a_nan_in_a_float_label_column_is_an_error_row_and_a_null_is_no_label(tmp_path):
+    """pandas reads a float column's NaN and null alike as missing: the NaN was read as a review
+    without a label, where JSON Lines' NaN is an error row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    labels = pa.array([1.0, None, float("nan"), 0.0], pa.float32())
+    table = pa.table({"id": ["a", "b", "c", "d"], "text": ["good", "fine", "odd", "bad"], "label": labels})
+    pq.write_table(table, tmp_path / "f.parquet")
+    kept, rejected = screen(read_corpus(str(tmp_path / "f.parquet")), [0, 1])
+    assert kept.doc_id.tolist() == ["a", "b", "d"]
+    assert kept.label.iloc[0] == 1 and pd.isna(kept.label.iloc[1]) and kept.label.iloc[2] == 0
+    assert rejected.doc_id.tolist() == ["c"] and "'NaN'" in rejected.reason.iloc[0]

@@ -9,6 +9,7 @@ row order can be rebuilt without moving rows.
 from __future__ import annotations
 
 import csv
+import math
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,11 +155,21 @@ def _parquet_frames(source: SourcePlan, piece: Piece, chunk_rows: int, extra: tu
         names = parquet.schema_arrow.names
         wanted = [c for c in (source.id_column, source.text_column, source.label_column, *extra) if c in names]
         for batch in parquet.iter_batches(batch_size=chunk_rows, row_groups=list(piece.part), columns=wanted):
-            yield batch.to_pandas(types_mapper=_NULLABLE.get)
+            frame = batch.to_pandas(types_mapper=_NULLABLE.get)
+            if source.label_column in names and pa.types.is_floating(batch.schema.field(source.label_column).type):
+                frame[source.label_column] = _float_labels(batch.column(source.label_column))
+            yield frame
     except CorpusError:
         raise
     except Exception as err:  # pyarrow raises several types for broken files
         raise CorpusError(f"Parquet file {piece.path!r} cannot be read: {first_line(err)}") from None
+
+
+def _float_labels(column: pa.Array) -> pd.Series:
+    """A float label column with its NaN told apart from its nulls: pandas reads both as missing,
+    and a NaN is a label written wrong (an error row, as in JSON Lines), not a review without one."""
+    values = ["NaN" if isinstance(v, float) and math.isnan(v) else v for v in column.to_pylist()]
+    return pd.Series(values, dtype=object)
 
 
 def _csv_frames(piece: Piece, chunk_rows: int) -> Iterator[pd.DataFrame]:
