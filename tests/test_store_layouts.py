@@ -202,3 +202,27 @@ def test_the_kept_word_totals_are_the_same_in_every_layout_and_either_way_of_sum
     for key, frame in frames.items():
         assert frame.drop(columns=list(SUMS)).equals(reference.drop(columns=list(SUMS))), key
         np.testing.assert_allclose(frame[list(SUMS)], reference[list(SUMS)], rtol=1e-9, err_msg=str(key))
+
+
+def test_word_totals_leave_out_a_slice_or_share_the_manifest_lists_but_no_part_holds(store, tmp_path):
+    """A hand-edited manifest (or a removed part) may list what no part holds: the words view has
+    no rows of it, and the one-scan sum must not ask for its missing columns."""
+    import shutil
+
+    from xai_ray.query.word_totals import SUMS, word_totals
+
+    copied = tmp_path / "edited"
+    shutil.copytree(store, copied)
+    path = layout.manifest_path(copied, "three")
+    manifest = json.loads(path.read_text())
+    manifest["slices"] = [*manifest["slices"], "raw:9"]
+    manifest["shares"] = ["rollout:1"]
+    path.write_text(json.dumps(manifest))
+    con = open_store(copied)
+    keys = ["method", "layer", "pred", "word"]
+    wide = word_totals(con, copied, "three").sort_values(keys, ignore_index=True)
+    by_slice = word_totals(con, copied, "three", wide=False).sort_values(keys, ignore_index=True)
+    assert len(wide) > 0 and 9 not in set(wide["layer"])
+    exact = wide.drop(columns=list(SUMS)).values.tolist()
+    assert exact == by_slice.drop(columns=list(SUMS)).values.tolist()  # the empty slice's frame moves dtypes
+    np.testing.assert_allclose(wide[list(SUMS)], by_slice[list(SUMS)], rtol=1e-9)

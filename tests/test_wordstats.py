@@ -267,6 +267,31 @@ def test_kept_word_totals_answer_topk_exactly_as_the_scan(tmp_path, stat):
     assert len(run_sql(con, "select * from word_totals")) > 0  # the fast path was there to take
 
 
+def test_word_totals_kept_by_another_definition_of_a_word_are_not_read(tmp_path):
+    """Totals are tagged with a digest of the queries that define them and of word_key: a run's
+    totals kept by a version that counted words otherwise are left out, and topk and the report
+    compute their answer from every word instead."""
+    import pyarrow.parquet as pq
+
+    from xai_ray.query.top_words import has_word_totals
+    from xai_ray.query.word_totals import keep_word_totals
+    from xai_ray.report.context import context
+    from xai_ray.report.definition import load_definition
+    from xai_ray.store.aggregates import PARAMS_KEY
+
+    rows = [doc_row(f"d{i}", ["good", "film", "the"], [0.5, 0.3, 0.2], pred=i % 2) for i in range(6)]
+    con = write_store(tmp_path, rows)
+    expected = topk(con, method=METHOD, k=3, min_docs=1)
+    kept = keep_word_totals(tmp_path, "r")
+    assert has_word_totals(open_store(tmp_path), "r")
+    table = pq.read_table(kept)
+    pq.write_table(table.replace_schema_metadata({PARAMS_KEY: b'{"query": "word_totals"}'}), kept)  # an older tag
+    con = open_store(tmp_path)
+    assert not has_word_totals(con, "r")
+    assert context(tmp_path, "r", load_definition(None)).source("report_topk_all") == "report_topk_all"
+    assert topk(con, method=METHOD, k=3, min_docs=1)["word"].tolist() == expected["word"].tolist()
+
+
 @pytest.mark.parametrize("stat", ["lift", "share"])
 def test_the_reports_top_words_from_the_kept_totals_are_those_of_the_scan(tmp_path, stat):
     """The report's top words of every slice (report_topk_all.sql, a scan of every word) and the

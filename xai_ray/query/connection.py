@@ -17,6 +17,7 @@ gives the same reach (the store's Parquet parts, read only) with the native read
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from xai_ray.query.run_files import recorded
 from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
 from xai_ray.store import StoreError
 from xai_ray.store import layout as store_layout
+from xai_ray.store.aggregates import kept_with
 from xai_ray.store.schemas import RUNS
 from xai_ray.store.schemas import TABLES as SCHEMAS
 
@@ -78,8 +80,12 @@ def open_store(
     con.from_arrow(_runs_table(runs)).create_view("runs")
     totals = [store_layout.aggregate_file(root, store_layout.run_id_of(run), WORD_TOTALS) for run in runs]
     # A run that scored nothing keeps an empty file; one kept by an earlier version holds null-typed
-    # columns that no other run's file can be read beside: left out (topk then takes its slow path).
-    totals = sorted(str(f) for f in totals if f.is_file() and store_layout.inside(root, f) and _has_rows(f))
+    # columns that no other run's file can be read beside, or sums of another definition of a word
+    # (its tag): left out (topk and the report then take their slow path).
+    tag = word_totals_tag()
+    totals = sorted(
+        str(f) for f in totals if f.is_file() and store_layout.inside(root, f) and _has_rows(f) and kept_with(f, tag)
+    )
     if totals:  # the runs' kept word totals (keep_word_totals): topk's fast path
         readable += totals
         con.execute("SET VARIABLE files_word_totals = ?", [as_written(totals)])
@@ -87,6 +93,13 @@ def open_store(
     if sandbox:
         lock_down(con, readable, limits)
     return con
+
+
+def word_totals_tag() -> dict:
+    """What kept word totals are tagged with: a digest of the queries that define them and of what
+    a word is (``word_key``), so totals kept by a version that counted words otherwise are not read."""
+    text = "".join(sql_text(name) for name in (WORD_TOTALS, f"{WORD_TOTALS}_wide", "macro_word_key"))
+    return {"query": WORD_TOTALS, "sql": hashlib.sha256(text.encode()).hexdigest()[:16]}
 
 
 def _has_rows(path: Path) -> bool:

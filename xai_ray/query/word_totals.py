@@ -15,8 +15,17 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 
-from xai_ray.query.connection import WORD_TOTALS, as_written, open_store, pick_run, run_named, sql_text
+from xai_ray.query.connection import (
+    WORD_TOTALS,
+    as_written,
+    open_store,
+    pick_run,
+    run_named,
+    sql_text,
+    word_totals_tag,
+)
 from xai_ray.query.views import DERIVED_SHARE, SOURCES, folder_files, manifest_slices, run_layouts
 from xai_ray.store import layout, schemas
 from xai_ray.store.aggregates import write_aggregate
@@ -48,7 +57,7 @@ def keep_word_totals(store: str | Path, run_id: str) -> Path:
         store,
         run_id,
         WORD_TOTALS,
-        {"query": WORD_TOTALS},
+        word_totals_tag(),
         frame.sort_values(["method", "layer", "word", "pred"], ignore_index=True),
         row_group_size=TOTALS_ROW_GROUP,
         schema=schemas.WORD_TOTALS,  # a run that scored nothing writes the same types as the others
@@ -67,7 +76,13 @@ def word_totals(con, store: str | Path, run_id: str, wide: bool = True) -> pd.Da
         files = folder_files(Path(store).resolve(), info, SOURCES["words"][-1])  # layout 3's parts
         if not files:  # a run that scored nothing
             return schemas.WORD_TOTALS.empty_table().to_pandas()
-        kept_shares = set(info[run]["shares"])
+        # a slice or share the manifest lists but no part holds (a hand-edited manifest, a removed
+        # part) has no column to read: the words view has no rows of it either
+        columns = {name for f in files for name in pq.read_schema(f).names}
+        slices = [(m, la) for m, la in slices if f"divisor:{m}:{la}" in columns]
+        kept_shares = {name for name in info[run]["shares"] if f"share:{name}" in columns}
+        if not slices:
+            return schemas.WORD_TOTALS.empty_table().to_pandas()
         scans = [slices[i : i + SLICES_PER_SCAN] for i in range(0, len(slices), SLICES_PER_SCAN)]
         frames = [_scan(con, run_id, files, scan, kept_shares) for scan in scans]
     else:

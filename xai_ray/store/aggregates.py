@@ -44,3 +44,12 @@ def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):
     if (table.schema.metadata or {}).get(PARAMS_KEY, b"") != _tag(params):
         return None
     return table.to_pandas()
+
+
+def kept_with(path: Path, params: dict) -> bool:
+    """Whether the kept aggregate at ``path`` was computed with exactly ``params`` (its footer only)."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowException):  # cut short or damaged
+        return False
+    return metadata.get(PARAMS_KEY, b"") == _tag(params)
