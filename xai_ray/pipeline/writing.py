@@ -162,8 +162,9 @@ def _write_block(batch: pa.Table, store: str, run_id: str, methods: list[str], h
     return pa.table({"record": pa.array([json.dumps(record)] if record else [], pa.string())})
 
 
-def _write_read_errors(store: str, run_id: str, *verdicts: pa.Table) -> dict:
-    """The screened-out rows (``data.screening.verdicts``), in input order, as one errors part."""
+def _write_read_errors(store: str, run_id: str, layout: int, *verdicts: pa.Table) -> dict:
+    """The screened-out rows (``data.screening.verdicts``), in input order, as one errors part of
+    the run's store ``layout`` (the views refuse a part of another layout than the manifest's)."""
     import ray
 
     from xai_ray.data.screening import DUPLICATE, REJECTED, VERDICTS
@@ -171,7 +172,7 @@ def _write_read_errors(store: str, run_id: str, *verdicts: pa.Table) -> dict:
     table = pa.concat_tables([VERDICTS.empty_table(), *verdicts]).sort_by("pos")
     rejected = table.filter(pc.is_in(table.column("verdict"), pa.array([REJECTED, DUPLICATE], pa.int8())))
     node = ray.get_runtime_context().get_node_id()
-    return PartWriter(store, run_id, []).write_errors(
+    return PartWriter(store, run_id, [], layout=layout).write_errors(
         rejected.column("doc_id").to_pylist(),
         "read",
         rejected.column("reason").to_pylist(),
@@ -288,7 +289,7 @@ def _record_rejected(writer: RunWriter, cfg: RunConfig, run_id: str, screened, r
     import ray
 
     task = ray.remote(num_cpus=0)(_write_read_errors).options(**_where(cfg))
-    record = ray.get(task.remote(str(Path(cfg.store).resolve()), run_id, *screened.verdicts))
+    record = ray.get(task.remote(str(Path(cfg.store).resolve()), run_id, writer.layout, *screened.verdicts))
     writer.collected.discard(record["part"])  # a part rewritten in place by a resumed run counts once
     writer.collect(record)
 
