@@ -172,8 +172,11 @@ def test_a_driver_killed_mid_run_resumes_without_duplicates(ray_cluster, tmp_pat
     np.testing.assert_allclose(sums.s, 1.0, atol=1e-4)
 
 
-@pytest.mark.parametrize("store_layout", [3, 2])  # 2: the read errors' part was written in layout 3
-def test_a_hostile_corpus_runs_to_the_end_with_every_row_accounted_for(ray_cluster, tmp_path, tiny_bert_dir, store_layout):
+# layout 2: its read errors' part was written in layout 3; 100000 tokens: the tiny model takes 64
+@pytest.mark.parametrize(("store_layout", "asked", "took"), [(3, 32, 32), (2, 100_000, 64)])
+def test_a_hostile_corpus_runs_to_the_end_with_every_row_accounted_for(
+    ray_cluster, tmp_path, tiny_bert_dir, store_layout, asked, took
+):
     huge = "the film was good and the plot was fine. " * 26_000  # about 1 MB
     # "null" is an id, not a missing value; a CSV's empty field is an empty text
     rows = [
@@ -207,7 +210,7 @@ def test_a_hostile_corpus_runs_to_the_end_with_every_row_accounted_for(ray_clust
                 "--actors",
                 "1",
                 "--max-length",
-                "32",
+                str(asked),
                 "--no-report",
                 "--set",
                 f"store_layout={store_layout}",
@@ -231,6 +234,7 @@ def test_a_hostile_corpus_runs_to_the_end_with_every_row_accounted_for(ray_clust
     manifest = json.loads((store / "runs" / "run_id=hostile" / "manifest.json").read_text())
     assert manifest["model"]["allow_pickle"] is False and manifest["model"]["trust_remote_code"] is False
     assert manifest["store_layout"] == store_layout
+    assert manifest["config"]["max_length"] == asked and manifest["model"]["max_length"] == took
     assert manifest["counts"] == {**manifest["counts"], "docs": 4, "errors": 6, "duplicates": 0}
     words = con.execute("select doc_id, method, layer, sum(score) as s from words group by all").df()
     np.testing.assert_allclose(words.s, 1.0, atol=1e-5)

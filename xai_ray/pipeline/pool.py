@@ -69,6 +69,12 @@ class ScorerHost:
     def start_seconds(self) -> dict:
         return self.start_s
 
+    def input_limit(self) -> int:
+        """The most tokens the loaded model takes at once (a run's ``max_length`` is capped there)."""
+        from xai_ray.scoring.actor import model_limit
+
+        return model_limit(self.loaded.tokenizer, self.loaded.model)
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -304,6 +310,21 @@ def start_timings() -> dict | None:
         values = [start[key] for start in starts if start.get(key) is not None]
         medians[key] = round(statistics.median(values), 3) if values else None
     return {**medians, "actors": len(starts), "warm": pool.runs > 0}
+
+
+def input_limit() -> int | None:
+    """The current pool's model's input limit in tokens (``ScorerHost.input_limit``); None without a
+    pool or when no actor answers within seconds."""
+    pool = _pool.get("current")
+    if pool is None:
+        return None
+    import ray
+
+    try:
+        return int(ray.get(pool.actors[0].input_limit.remote(), timeout=10))
+    except Exception as error:  # a lost actor, a timeout: the manifest then says only what was asked
+        log.debug("the model's input limit is not recorded: %s", error)
+        return None
 
 
 def release() -> None:

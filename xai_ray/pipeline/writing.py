@@ -30,7 +30,7 @@ import yaml
 from xai_ray.config import RunConfig, resolve_target
 from xai_ray.methods.head_summary import HeadTotals
 from xai_ray.model.loading import describe_model
-from xai_ray.pipeline.pool import source_state, start_timings
+from xai_ray.pipeline.pool import input_limit, source_state, start_timings
 from xai_ray.progress import Progress
 from xai_ray.runtime import ray_data, versions
 from xai_ray.scoring.segments import resolve_mode
@@ -245,6 +245,9 @@ def write(
         manifest["timings"]["actor_seconds"] = {k: round(v, 3) for k, v in sorted(actor_seconds.items())}
         if rows is not None:  # actors scored in this attempt
             manifest["timings"]["actor_start"] = start_timings()
+            limit = input_limit()  # the config says what was asked; this, what the model took
+            if limit is not None:
+                manifest["model"]["max_length"] = min(cfg.max_length, limit)
         manifest["resumed"] = {**writer.reused, "docs_scored_now": done}
         manifest["nodes"] = sorted({r["node"] for r in writer.stage.records if r.get("node")})
         _whole_run_tables(writer, manifest)

@@ -75,7 +75,7 @@ class Scorer:
         self.specials = segments.special_tokens(self.tokenizer)  # read once, not once a review
         self.vocabulary = Vocabulary(self.tokenizer)  # every token's text, taken for a batch at once
         self.token_budget = config.run.max_tokens_per_batch
-        self.max_length = min(config.run.max_length, _model_limit(self.tokenizer, self.model))
+        self.max_length = min(config.run.max_length, model_limit(self.tokenizer, self.model))
         self.options = config.attention_options()
         self.methods = {name: get_method(name, self.options) for name in config.run.methods}
         self.deferred = set(config.deferred_methods)
@@ -380,7 +380,7 @@ class Scorer:
         return error_row(doc_id, label, reason, self.info["fingerprint"])
 
 
-def _model_limit(tokenizer, model) -> int:
+def model_limit(tokenizer, model) -> int:
     """The longest input the model's position table holds. RoBERTa-style embeddings (RoBERTa,
     XLM-R, CamemBERT, RoBERTa-PreLayerNorm, Data2Vec-text, ...) number positions from their
     ``padding_idx`` + 1, so that many fewer fit: read off the embeddings, not from a list of types."""
