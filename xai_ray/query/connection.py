@@ -23,14 +23,13 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from xai_ray.query.limits import Limits, QueryError
 from xai_ray.query.run_files import recorded
 from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
 from xai_ray.store import StoreError
 from xai_ray.store import layout as store_layout
-from xai_ray.store.aggregates import kept_with
+from xai_ray.store.aggregates import kept_rows
 from xai_ray.store.schemas import RUNS
 from xai_ray.store.schemas import TABLES as SCHEMAS
 
@@ -83,9 +82,7 @@ def open_store(
     # columns that no other run's file can be read beside, or sums of another definition of a word
     # (its tag): left out (topk and the report then take their slow path).
     tag = word_totals_tag()
-    totals = sorted(
-        str(f) for f in totals if f.is_file() and store_layout.inside(root, f) and _has_rows(f) and kept_with(f, tag)
-    )
+    totals = sorted(str(f) for f in totals if f.is_file() and store_layout.inside(root, f) and kept_rows(f, tag) > 0)
     if totals:  # the runs' kept word totals (keep_word_totals): topk's fast path
         readable += totals
         con.execute("SET VARIABLE files_word_totals = ?", [as_written(totals)])
@@ -100,13 +97,6 @@ def word_totals_tag() -> dict:
     a word is (``word_key``), so totals kept by a version that counted words otherwise are not read."""
     text = "".join(sql_text(name) for name in (WORD_TOTALS, f"{WORD_TOTALS}_wide", "macro_word_key"))
     return {"query": WORD_TOTALS, "sql": hashlib.sha256(text.encode()).hexdigest()[:16]}
-
-
-def _has_rows(path: Path) -> bool:
-    try:
-        return pq.ParquetFile(path).metadata.num_rows > 0
-    except (OSError, pa.ArrowException):  # cut short or damaged: the views' check names it, if a part
-        return False
 
 
 def as_written(paths: list[str]) -> list[str]:

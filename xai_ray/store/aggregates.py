@@ -46,10 +46,11 @@ def read_aggregate(store: str | Path, run_id: str, name: str, params: dict):
     return table.to_pandas()
 
 
-def kept_with(path: Path, params: dict) -> bool:
-    """Whether the kept aggregate at ``path`` was computed with exactly ``params`` (its footer only)."""
+def kept_rows(path: Path, params: dict) -> int:
+    """The rows of the kept aggregate at ``path`` if it was computed with exactly ``params``, else 0
+    (computed otherwise, cut short or damaged); one read of its footer."""
     try:
-        metadata = pq.read_schema(path).metadata or {}
+        footer = pq.ParquetFile(path).metadata
     except (OSError, pa.ArrowException):  # cut short or damaged
-        return False
-    return metadata.get(PARAMS_KEY, b"") == _tag(params)
+        return 0
+    return footer.num_rows if (footer.metadata or {}).get(PARAMS_KEY, b"") == _tag(params) else 0
