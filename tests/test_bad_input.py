@@ -255,6 +255,32 @@ def test_sql_refuses_every_way_out_of_the_store(small_store, tmp_path, capsys):
         run_sql(con, "copy docs to 'z.csv'")
 
 
+def test_a_notebook_runs_own_queries_pass_the_guard_and_it_holds_no_connection(small_store):
+    """The sandbox lets a COPY replace one of the store's own parts: the ``Run`` object's in-process
+    reader passes every statement through the guard, and none of its attributes is a connection."""
+    import duckdb
+
+    from xai_ray.api import Run
+    from xai_ray.query.guard import RefusedStatement
+
+    part = next((small_store / "runs" / "run_id=r" / "docs").glob("*.parquet"))
+    before = part.read_bytes()
+    run = Run.load(str(small_store), "r")
+    assert len(run.docs()) == 8
+    reader = run._database()
+    with pytest.raises(RefusedStatement):
+        reader.execute(f"copy (select * from docs limit 1) to '{part}' (format parquet, use_tmp_file false)")
+    assert part.read_bytes() == before
+    reachable = [getattr(reader, name, None) for name in dir(reader)] + [getattr(run, name, None) for name in dir(run)]
+    assert not any(isinstance(value, duckdb.DuckDBPyConnection) for value in reachable)
+    assert not run.words(method=METHODS[0], layer=1).empty
+    from xai_ray.config import ConfigError
+
+    for layer in (0, -1, 3):  # an empty frame before: a layer the model has not
+        with pytest.raises(ConfigError, match="layer"):
+            Run(str(small_store), "r", manifest={"model": {"n_layers": 2}}).words(layer=layer)
+
+
 # --------------------------------------------------------------------------- generated texts
 
 # Control characters, emoji (with skin tones and ZWJ sequences), combining marks, right-to-left

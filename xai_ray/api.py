@@ -183,11 +183,13 @@ class Run:
         return self._con
 
     def _database(self):
-        # The run's own queries (fixed text, bound values) on the sandboxed connection, in process.
+        # The run's own queries (fixed text, bound values) on the sandboxed connection, in process,
+        # each through the statement guard: the sandbox alone lets COPY replace a store's file.
         if self._db is None:
             from xai_ray.query import connection as query
+            from xai_ray.query.guarded import GuardedReader
 
-            self._db = query.open_store(self.store, run=self.run_id)
+            self._db = GuardedReader(query.open_store(self.store, run=self.run_id))
         return self._db
 
     @property
@@ -208,9 +210,10 @@ class Run:
         """One row per document x method x layer x word (``score`` sums to 1 per document, method, layer).
         ``doc_id``: a document's id as stored (text; a whole number is taken as its digits)."""
         method = check("method", method, "str | None")
-        layer = check("layer", layer, "int | None")
+        layer = check("layer", layer, "int | None", Rule(lo=1))
         doc_id = check("doc_id", doc_id, "str | None")
         self._has_method(method)  # else an empty frame, where topk refuses
+        self._has_layer(layer)
         frame = self._select("words", method=method, layer=layer, doc_id=doc_id)
         return frame.sort_values(["doc_id", "method", "layer", "word_id"], ignore_index=True)
 
@@ -263,6 +266,11 @@ class Run:
             min_docs=min_docs,
             exclude=exclude,
         )
+
+    def _has_layer(self, layer: int | None) -> None:
+        n_layers = (self.manifest.get("model") or {}).get("n_layers")
+        if layer is not None and isinstance(n_layers, int) and layer > n_layers:
+            raise ConfigError(f"layer must be between 1 and {n_layers} (the model's layers), got {layer}")
 
     def _has_method(self, method: str | None) -> None:
         methods = self.manifest.get("config", {}).get("methods") or []
