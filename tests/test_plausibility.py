@@ -65,6 +65,15 @@ def test_iou_f1_counts_a_split_prediction_once_per_hit():
     assert pl.iou_f1(predicted, gold) == pytest.approx(0.5)
 
 
+def test_iou_f1_counts_a_rationale_span_given_twice_once():
+    text = "good bad ugly film"
+    predicted = np.array([1, 0, 0, 0], dtype=bool)  # the one gold token, exactly
+    for value, units in (([[0, 1]], "tokens"), ([[0, 1], [0, 1]], "tokens"), ([[0, 1]] * 5, "tokens"),
+                         ([[0, 2], [2, 4]], "chars")):  # fmt: skip  (two character spans in "good")
+        gold, spans = pl.rationale_spans(value, text, units)
+        assert pl.iou_f1(predicted, gold, spans) == 1.0, value
+
+
 def test_the_three_rationale_forms_give_one_mask():
     # "but the acting is wonderful and moving." -> tokens 3..9
     expected = np.array([0, 0, 0, 1, 1, 1, 1, 1, 1, 1], dtype=bool)

@@ -228,8 +228,10 @@ def runs(mask: np.ndarray) -> list[tuple[int, int]]:
 
 def iou_f1(predicted: np.ndarray, gold: np.ndarray, gold_spans: list[tuple[int, int]] | None = None) -> float:
     """F1 of span hits (IOU >= 0.5 with some rationale span); 0 when either side has no span. The
-    rationale's spans are ``gold_spans`` (the annotator's, ``rationale_spans``), else ``gold``'s runs."""
-    mine, theirs = runs(predicted), runs(gold) if gold_spans is None else gold_spans
+    rationale's spans are ``gold_spans`` (the annotator's, ``rationale_spans``), else ``gold``'s runs;
+    a span given twice (annotators' spans merged, two character spans in one token) counts once,
+    as ERASER keeps its rationales in a set."""
+    mine, theirs = runs(predicted), runs(gold) if gold_spans is None else sorted(set(map(tuple, gold_spans)))
     if not mine or not theirs:
         return 0.0
 
