@@ -68,8 +68,12 @@ def test_iou_f1_counts_a_split_prediction_once_per_hit():
 def test_iou_f1_counts_a_rationale_span_given_twice_once():
     text = "good bad ugly film"
     predicted = np.array([1, 0, 0, 0], dtype=bool)  # the one gold token, exactly
-    for value, units in (([[0, 1]], "tokens"), ([[0, 1], [0, 1]], "tokens"), ([[0, 1]] * 5, "tokens"),
-                         ([[0, 2], [2, 4]], "chars")):  # fmt: skip  (two character spans in "good")
+    for value, units in (
+        ([[0, 1]], "tokens"),
+        ([[0, 1], [0, 1]], "tokens"),
+        ([[0, 1]] * 5, "tokens"),
+        ([[0, 2], [2, 4]], "chars"),
+    ):  # the last: two character spans in "good"
         gold, spans = pl.rationale_spans(value, text, units)
         assert pl.iou_f1(predicted, gold, spans) == 1.0, value
 
