@@ -67,6 +67,9 @@ WRONG = [
     # self-naming one a RecursionError's traceback)
     ("limit=1:00", ["limit", "integer", "'1:00'"]),
     ("limit=0x10", ["limit", "integer", "'0x10'"]),
+    # Python's int() reads these too; no config file means them as numbers
+    ("ig_steps=1_000", ["ig_steps", "integer", "'1_000'"]),
+    ("limit=\u0661\u0662", ["limit", "integer"]),  # Arabic-Indic 12
     ("extra=&a {x: *a}", ["--set extra", "the alias *a is not allowed"]),
     ("extra={a: &b [1, 2], c: *b}", ["--set extra", "the alias *b is not allowed"]),
     ("nokey", ["--set expects key=value"]),
@@ -93,6 +96,15 @@ def test_the_same_values_are_refused_from_a_yaml_file(tmp_path, item, words):
     with pytest.raises(ConfigError) as err:
         resolve(path)
     assert all(word in str(err.value) for word in words), str(err.value)
+
+
+@pytest.mark.parametrize("text", ["1: 2", "null: 2", "true: 1"])
+def test_a_config_file_key_that_is_not_text_is_an_unknown_key(tmp_path, text):
+    path = tmp_path / "job.yaml"
+    path.write_text(text + "\n")  # the "did you mean" lookup took the number, null or bool as text
+    for read in (lambda: resolve(path), lambda: finetune_settings.resolve(path, {"out": "x"}, [])):
+        with pytest.raises(ConfigError, match="unknown (config|finetune) key"):
+            read()
 
 
 @pytest.mark.parametrize(

@@ -291,7 +291,7 @@ FIELD_NAMES = tuple(f.name for f in fields(RunConfig))
 def _check_keys(keys, where: str) -> None:
     for key in keys:
         if key not in FIELD_NAMES:
-            close = difflib.get_close_matches(key, FIELD_NAMES, n=1)
+            close = difflib.get_close_matches(key, FIELD_NAMES, n=1) if isinstance(key, str) else []  # YAML's `1: 2`
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"unknown config key {key!r} in {where}{hint}")
 

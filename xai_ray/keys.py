@@ -158,13 +158,18 @@ def _has_non_finite(value) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
+# A numeral as text: ASCII digits only. Python's int() and float() also read "1_000" and other
+# scripts' digits ("١٢"), which no config file means as a number.
+NUMERAL = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
 def _number(value):
     """An int or finite float, from a number or from text YAML 1.1 left unread (``1e4``, ``2e-4``)."""
     if isinstance(value, str):
-        try:
-            value = float(value.strip()) if any(c in value for c in ".eE") else int(value.strip())
-        except ValueError:
+        text = value.strip()
+        if not NUMERAL.fullmatch(text):
             return _NO
+        value = float(text) if any(c in text for c in ".eE") else int(text)
     if not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
         return _NO
     if isinstance(value, int) and abs(value) > LARGEST:  # no setting counts that far (nor could torch or Arrow)

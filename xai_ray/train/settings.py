@@ -107,7 +107,7 @@ def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None 
     for values, where in sources:
         for key in values:
             if key not in FIELD_NAMES:
-                close = difflib.get_close_matches(key, FIELD_NAMES, n=1)
+                close = difflib.get_close_matches(key, FIELD_NAMES, n=1) if isinstance(key, str) else []
                 raise ConfigError(
                     f"unknown finetune key {key!r} in {where}" + (f" (did you mean {close[0]!r}?)" if close else "")
                 )
