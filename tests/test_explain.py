@@ -238,3 +238,20 @@ def test_a_review_from_stdin_and_the_cut_of_the_notebook_api(tiny_model_factory,
     tail = xai_ray.explain(HOSTILE * 3, model=model, methods="raw", max_length=24, long_text="head_tail")
     head = xai_ray.explain(HOSTILE * 3, model=model, methods="raw", max_length=24, long_text="head")
     assert page_data(tail.page)["tokens"] != page_data(head.page)["tokens"]  # the cut reached the scorer
+
+
+def test_undecodable_bytes_on_stdin_are_named_not_a_tokenizer_error(tiny_model_factory, tmp_path, capsys, monkeypatch):
+    """Python reads undecodable stdin bytes as lone surrogates (surrogateescape): the tokenizer's
+    TypeError was the message."""
+    import io
+
+    import xai_ray
+
+    model = tiny_model_factory(FAMILY)
+    raw = io.TextIOWrapper(io.BytesIO(b"good \xff\xfe film"), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr("sys.stdin", raw)
+    assert cli.main(["explain", "-", "--model", model, "--out", str(tmp_path / "p.html")]) == 2
+    err = capsys.readouterr().err
+    assert "not valid UTF-8: byte 0xff at character 5" in err and "TypeError" not in err, err
+    with pytest.raises(ValueError, match="a lone surrogate U\\+D800 at character 5"):
+        xai_ray.explain("good \ud800 film", model=model, methods="raw")

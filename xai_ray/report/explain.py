@@ -55,6 +55,17 @@ def explain_text(
     return write_page(out, page)
 
 
+def _check_encodable(text: str) -> None:
+    """Refuse a text holding a lone surrogate: what undecodable bytes on stdin become (Python's
+    surrogateescape keeps byte 0xNN as U+DCNN), or a broken string a notebook passed in."""
+    at = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+    if at is None:
+        return
+    code = ord(text[at])
+    what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
+    raise ConfigError(f"the text to explain is not valid UTF-8: {what} at character {at}; fix its encoding")
+
+
 def explain_page(
     text: str,
     model: str,
@@ -70,6 +81,7 @@ def explain_page(
     ``fingerprint``: the weights the page must be scored with (a stored run's), else refused."""
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("the text to explain is empty")
+    _check_encodable(text)
     config = {
         "model": model,
         "max_length": int(max_length),
