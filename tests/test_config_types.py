@@ -73,6 +73,10 @@ WRONG = [
     ("extra=&a {x: *a}", ["--set extra", "the alias *a is not allowed"]),
     ("extra={a: &b [1, 2], c: *b}", ["--set extra", "the alias *b is not allowed"]),
     ("nokey", ["--set expects key=value"]),
+    # values no config holds, which the manifest stored as their text
+    ("extra={a: !!binary aGVsbG8=}", ["--set extra", "the tag '!!binary' is not allowed"]),
+    ("extra={d: !!timestamp 2020-01-01}", ["--set extra", "the tag '!!timestamp' is not allowed"]),
+    ("extra={s: !!set {x: null}}", ["--set extra", "the tag '!!set' is not allowed"]),
 ]
 
 
@@ -96,6 +100,11 @@ def test_the_same_values_are_refused_from_a_yaml_file(tmp_path, item, words):
     with pytest.raises(ConfigError) as err:
         resolve(path)
     assert all(word in str(err.value) for word in words), str(err.value)
+
+
+def test_config_given_settings_instead_of_a_path_is_one_sentence():
+    with pytest.raises(ConfigError, match="config takes a YAML file's path, got a dict; give settings as keywords"):
+        resolve({"limit": 2})  # xai_ray.run(..., config={"limit": 2}): a TypeError of os.fspath
 
 
 @pytest.mark.parametrize("text", ["1: 2", "null: 2", "true: 1"])

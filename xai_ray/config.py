@@ -340,6 +340,10 @@ def read_yaml(path: str | Path, what: str = "config file") -> dict:
 def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:
     """Merge YAML, flags (None values ignored) and ``--set`` overrides into a validated config."""
     merged: dict = {}
+    if config_path is not None and not isinstance(config_path, (str, Path)):
+        raise ConfigError(
+            f"config takes a YAML file's path, got a {type(config_path).__name__}; give settings as keywords (limit=2)"
+        )
     if config_path:
         data = read_yaml(config_path)
         _check_keys(data, str(config_path))

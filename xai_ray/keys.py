@@ -233,6 +233,13 @@ class PlainLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# Tags that build values no config holds (bytes, dates, sets, ordered pairs): refused as any other
+# tag, rather than stored in a manifest as their text
+PlainLoader.yaml_constructors = {
+    tag: build
+    for tag, build in yaml.SafeLoader.yaml_constructors.items()
+    if tag not in {f"tag:yaml.org,2002:{kind}" for kind in ("binary", "timestamp", "set", "omap", "pairs")}
+}
 _YAML11_NUMBERS = {f"tag:yaml.org,2002:{kind}" for kind in ("int", "float", "timestamp")}
 PlainLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag not in _YAML11_NUMBERS]
