@@ -664,6 +664,36 @@ def test_a_part_replaced_by_another_parquet_file_is_refused(tmp_path, batches):
     assert open_store(store).execute("select count(*) from docs").fetchone() == whole
 
 
+def test_a_part_file_of_another_size_than_written_is_refused_published_and_dropped_staged(tmp_path, batches):
+    """A sibling part copied over another (its ids inside the record's range, as many rows) passed
+    every check and was published: documents lost and doubled. Each file's size is recorded; here
+    the same rows written again under another compression stand for a file that is not the one
+    its part wrote."""
+
+    def rewrite(path):
+        pq.write_table(pq.read_table(path), path, compression="none")
+
+    writer = RunWriter(tmp_path / "a", "r", METHODS, part_rows=1)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x"})
+    rewrite(run / "docs" / "part-2.parquet")
+    with pytest.raises(QueryError, match=r"docs/part-2.parquet, which _parts/part-2.json lists, is not the file its"):
+        open_store(tmp_path / "a")
+
+    staged = RunWriter(tmp_path / "b", "s", METHODS, part_rows=1)
+    for batch in batches[:3]:
+        staged.write(batch)
+    staged.commit()
+    staged.abort(keep_parts=True)  # killed; then a file of its second part is replaced
+    folder = staging_dir(tmp_path / "b", "s")
+    record = json.loads((folder / "_parts" / "part-1.json").read_text())
+    rewrite(folder / record["files"][0])
+    resumed = RunWriter(tmp_path / "b", "s", METHODS, part_rows=1)
+    assert not set(record["doc_ids"]) & resumed.done_ids  # the part is dropped: its documents scored again
+    assert resumed.done_ids  # the others are kept
+
+
 def test_a_scores_or_errors_part_replaced_by_one_of_other_rows_over_the_same_documents_is_refused(tmp_path, batches):
     """A part swapped for another run's over the same documents kept every id in range: its rows
     (fewer tokens, other errors) were read as this run's without a word."""

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from xai_ray.query.limits import QueryError
 from xai_ray.store import layout as store_layout
 from xai_ray.store.scores_v2 import TOKEN_TABLE, WORD_TABLE
-from xai_ray.store.staging import PARTS, read_record, unreadable_files
+from xai_ray.store.staging import PARTS, read_record, resized_files, unreadable_files
 
 
 def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, tuple[frozenset, frozenset]]:
@@ -71,6 +71,14 @@ def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, 
             raise QueryError(
                 f"run {name!r} is damaged: {foreign[0]}, which {PARTS}/{path.name} lists, is not that part's file "
                 f"({foreign[1]}); restore the run folder from a copy, or delete it ({run}) and run it again"
+            )
+        resized = resized_files(run, record)
+        if resized:
+            file, size, kept = resized[0]
+            raise QueryError(
+                f"run {name!r} is damaged: {file}, which {PARTS}/{path.name} lists, is not the file its part wrote "
+                f"({size} bytes, where {kept} were written: another file copied over it?); restore the run folder "
+                f"from a copy, or delete it ({run}) and run it again"
             )
         for file in record["files"]:
             found[str(file)] = described

@@ -94,6 +94,8 @@ class Staging:
         for path in sorted((self.folder / PARTS).glob("part-*.json")):
             record = read_record(path)
             damaged = ["its record"] if record is None else unreadable_files(self.folder, record)
+            damaged = damaged or [f"{name} ({size} bytes, not the {kept} written)" for name, size, kept in
+                                  resized_files(self.folder, record)]  # fmt: skip
             if damaged:
                 log.warning(
                     "%s: %s of %s cannot be read; the part is dropped and its documents are scored again",
@@ -152,7 +154,10 @@ def commit_part(
     with ThreadPoolExecutor(max_workers=FILE_THREADS) as pool:
         list(pool.map(one, paths))
     files = [path.relative_to(folder).as_posix() for path in paths.values()]
-    record = {**record.as_json(), "part": key, "files": files}
+    # each file's size: a sibling part copied over one keeps the magic bytes and an id range inside
+    # the record's, and is then told by its size (``resized_files``)
+    sizes = {name: path.stat().st_size for name, path in zip(files, paths.values())}
+    record = {**record.as_json(), "part": key, "files": files, "sizes": sizes}
     write_atomically(folder / PARTS / f"part-{key}.json", json.dumps(record).encode())
     return record
 
@@ -171,7 +176,7 @@ def read_committed_ids(folder: Path) -> list[str]:
     ids: list[str] = []
     for path in sorted((folder / PARTS).glob("part-*.json")):
         record = read_record(path)
-        if record is not None and not unreadable_files(folder, record):
+        if record is not None and not unreadable_files(folder, record) and not resized_files(folder, record):
             ids.extend(str(doc_id) for doc_id in record["doc_ids"])
     return ids
 
@@ -206,6 +211,24 @@ def unreadable_files(folder: Path, record: dict) -> list[str]:
         if not whole:
             bad.append(str(name))
     return bad
+
+
+def resized_files(folder: Path, record: dict) -> list[tuple[str, int, int]]:
+    """(file, its size, the size written) for each file ``record`` names whose size is not the one
+    its part wrote (``commit_part`` records them; a record without sizes, an older one, says nothing)."""
+    sizes = record.get("sizes")
+    if not isinstance(sizes, dict):
+        return []
+    changed = []
+    for name in record["files"]:
+        kept = sizes.get(str(name))
+        try:
+            size = (folder / str(name)).stat().st_size
+        except OSError:  # gone: unreadable_files names it
+            continue
+        if type(kept) is int and size != kept:
+            changed.append((str(name), size, kept))
+    return changed
 
 
 def _order(record: dict):
