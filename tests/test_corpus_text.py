@@ -134,6 +134,26 @@ def test_a_folder_of_one_format_is_read_whole_and_of_several_refused(tmp_path):
     assert all(name in message for name in ("extra.csv", "part-0.parquet", "sub/more.jsonl"))
 
 
+def test_a_folder_leaves_out_a_store_kept_in_it_and_refuses_a_file_without_the_text_or_id_column(tmp_path):
+    """A store inside the data folder was read back as corpus (its parts and aggregates, 6,864 rows
+    of "doc_id is missing"); a file of the folder without the text column gave a row of errors."""
+    folder = tmp_path / "data"
+    (folder / "sub").mkdir(parents=True)
+    pd.DataFrame({"id": ["a", "b"], "text": ["x", "y"], "label": [0, 1]}).to_parquet(folder / "a.parquet")
+    for below in ("st/runs/run_id=r1/docs", "st/runs/run_id=r1/aggregates", "st/_staging/run_id=r2/docs"):
+        (folder / below).mkdir(parents=True)
+        pd.DataFrame({"doc_id": ["a"], "n_tokens": [3]}).to_parquet(folder / below / "part-0.parquet")
+    kept, reasons, _ = _screened(folder)
+    assert kept.doc_id.tolist() == ["a", "b"] and reasons == {}
+
+    pd.DataFrame({"x": [1]}).to_parquet(folder / "sub" / "z.parquet")
+    with pytest.raises(CorpusError, match=r"sub/z.parquet' has no text column 'text' \(columns: x\)"):
+        read_corpus(str(folder))
+    pd.DataFrame({"text": ["z"], "label": [1]}).to_parquet(folder / "sub" / "z.parquet")
+    with pytest.raises(CorpusError, match=r"sub/z.parquet' has no id column 'id', which other files of"):
+        read_corpus(str(folder))
+
+
 @pytest.mark.slow
 @pytest.mark.ray
 def test_a_hostile_jsonl_runs_to_the_end_with_ids_as_written(ray_cluster, tmp_path, tiny_bert_dir):

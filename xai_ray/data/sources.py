@@ -72,7 +72,12 @@ def plan(source, split="test", text_column="text", label_column="label", id_colu
 def _folder_files(folder: Path) -> list[Path]:
     # a linked file is skipped (rglob does not enter a linked folder): what it points at lies outside
     found = sorted(
-        f for f in folder.rglob("*") if f.is_file() and f.name.lower().endswith(FOLDER_FORMATS) and not f.is_symlink()
+        f
+        for f in folder.rglob("*")
+        if f.is_file()
+        and f.name.lower().endswith(FOLDER_FORMATS)
+        and not f.is_symlink()
+        and not in_a_store(f.relative_to(folder))
     )
     kinds = {f.suffix.lower() for f in found}
     if not found:
@@ -88,25 +93,41 @@ def _folder_files(folder: Path) -> list[Path]:
     return found
 
 
+def in_a_store(relative: Path) -> bool:
+    """Whether a file below a corpus folder belongs to an xai-ray store kept there (a run's
+    ``runs/run_id=<id>/`` or ``_staging/``): a store inside the data folder was read back as
+    corpus on the next run, every part and aggregate a row of errors."""
+    parts = relative.parts[:-1]
+    return "_staging" in parts or any(a == "runs" and b.startswith("run_id=") for a, b in zip(parts, parts[1:]))
+
+
 def _file_plan(args, files: list[Path]) -> SourcePlan:
     source, text_column, id_column = args[0], args[2], args[4]
     kind = files[0].suffix.lower().lstrip(".")
-    pieces, columns = [], []
+    pieces, columns = [], {}
     for file in files:
         if kind == "parquet":
             metadata, names = _parquet_footer(file)
-            columns += names
+            columns[file] = names
             groups = [g for g in range(metadata.num_row_groups) if metadata.row_group(g).num_rows]
             pieces += [
                 Piece(len(pieces) + i, kind, str(file), metadata.row_group(g).num_rows, (g,))
                 for i, g in enumerate(groups)
             ]
         else:
-            columns += _text_header(file, kind, text_column) if kind == "csv" else []
+            columns[file] = _text_header(file, kind, text_column) if kind == "csv" else []
             pieces.append(Piece(len(pieces), kind, str(file)))
     if kind in ("csv", "parquet"):
-        _require_text_column(source, text_column, list(dict.fromkeys(columns)))
-        return SourcePlan(*args, tuple(pieces), has_ids=id_column in columns)
+        for file, names in columns.items():  # each file: one without the text column gave a row of errors
+            _require_text_column(source if len(files) == 1 else str(file), text_column, names)
+        has_ids = {id_column in names for names in columns.values()}
+        if len(has_ids) > 1:
+            without = [str(file) for file, names in columns.items() if id_column not in names]
+            raise CorpusError(
+                f"{without[0]!r} has no id column {id_column!r}, which other files of {source!r} have: its rows "
+                "would have no id; give every file the column, or none (the rows are then numbered)"
+            )
+        return SourcePlan(*args, tuple(pieces), has_ids=has_ids.pop())
     keys, has_ids = _json_keys(files, kind, text_column, id_column)
     if text_column not in keys and not _all_lines_bad(files, kind):
         _require_text_column(source, text_column, keys)
