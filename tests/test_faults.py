@@ -694,6 +694,25 @@ def test_a_part_file_of_another_size_than_written_is_refused_published_and_dropp
     assert resumed.done_ids  # the others are kept
 
 
+@pytest.mark.parametrize("damage", ["garbage", "[1]", "{}"])
+def test_a_damaged_staged_identity_or_config_is_one_sentence_not_a_traceback(tmp_path, batches, damage):
+    """identity.json holding garbage was a JSONDecodeError's traceback, a list an AttributeError's, and
+    {} compared no key (any change accepted); an empty config.yaml resumed with every default."""
+    from xai_ray.pipeline import resume_config
+
+    writer = RunWriter(tmp_path, "r", METHODS, identity={"methods": METHODS})
+    writer.write(batches[0])
+    writer.commit()
+    writer.abort(keep_parts=True)
+    folder = staging_dir(tmp_path, "r")
+    (folder / "identity.json").write_text(damage)
+    with pytest.raises(StoreError, match=r"cannot be resumed: .*identity.json is damaged"):
+        RunWriter(tmp_path, "r", METHODS, identity={"methods": METHODS})
+    (folder / "config.yaml").write_text("" if damage == "garbage" else damage)
+    with pytest.raises(StoreError, match="has no settings to resume with: .*config.yaml is empty or not a YAML"):
+        resume_config(str(tmp_path), "r")
+
+
 def test_a_scores_or_errors_part_replaced_by_one_of_other_rows_over_the_same_documents_is_refused(tmp_path, batches):
     """A part swapped for another run's over the same documents kept every id in range: its rows
     (fewer tokens, other errors) were read as this run's without a word."""

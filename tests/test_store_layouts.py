@@ -184,6 +184,23 @@ def test_the_run_config_chooses_the_layout_a_new_run_is_written_in(tmp_path, bat
         assert rows(con, view, "r2") == rows(con, view, "r3") != []
 
 
+def test_a_resume_told_another_layout_records_the_layout_its_parts_are_written_in(tmp_path, batches):
+    """`--resume RUN --set store_layout=2` on a layout-3 run wrote layout 3 and recorded 2."""
+    import yaml
+
+    from xai_ray.config import RunConfig
+    from xai_ray.pipeline.writing import open_writer
+
+    cfg = RunConfig(store=str(tmp_path), methods=tuple(METHODS), store_layout=3)
+    first = open_writer(cfg, "r")
+    first.write(batches[0])
+    first.commit()
+    first.abort(keep_parts=True)
+    resumed = open_writer(RunConfig(store=str(tmp_path), methods=tuple(METHODS), store_layout=2), "r")
+    assert resumed.layout == 3
+    assert yaml.safe_load(layout.staged_config(tmp_path, "r").read_text())["store_layout"] == 3
+
+
 def test_the_kept_word_totals_are_the_same_in_every_layout_and_either_way_of_summing(store):
     """Layout 3 sums several slices in one scan of its parts; layout 2, and layout 3 slice by slice,
     through the words view. Rollout at layer 1 is held by the second part only."""

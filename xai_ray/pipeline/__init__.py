@@ -255,7 +255,22 @@ def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list
     if moved:  # --set outranks flags: it started another run, elsewhere, and left this one unfinished
         raise ConfigError(f"--resume {run_id} finishes that run in its store; --set {moved[0]} cannot move it")
     flags = {**(flags or {}), "store": store, "run_id": run_id}
+    if not _staged_settings(saved):  # resolve would take every default: another corpus, another model
+        raise StoreError(
+            f"the unfinished run {run_id!r} has no settings to resume with: {saved} is empty or not a YAML mapping; "
+            "restore it, or start a new run with another --run-id"
+        )
     return resolve(saved, flags, sets)
+
+
+def _staged_settings(path) -> dict | None:
+    from xai_ray.config import read_yaml
+
+    try:
+        found = read_yaml(path)
+    except ConfigError:
+        return None
+    return found if isinstance(found, dict) and found else None
 
 
 def new_run_id() -> str:

@@ -102,6 +102,8 @@ def open_writer(cfg: RunConfig, run_id: str) -> RunWriter:
         totals=HeadTotals if cfg.heads else None,
         layout=cfg.store_layout,  # a resumed run keeps the layout its parts were written in
     )
+    if writer.layout in (2, 3):  # what it is written in, whatever --set store_layout a resume was given
+        settings["store_layout"] = writer.layout
     write_atomically(layout.staged_config(cfg.store, run_id), yaml.safe_dump(settings, sort_keys=False))
     return writer
 
@@ -241,6 +243,8 @@ def write(
             "n_layers": writer.n_layers or model["n_layers"],
         }
         manifest = build_manifest(cfg, run_id, model, n_input, score_s, started)
+        if writer.layout in (2, 3):  # as in the staged config.yaml (open_writer)
+            manifest["config"]["store_layout"] = writer.layout
         manifest["timings"]["docs_per_s"] = round(done / max(score_s, 1e-9), 3)  # this attempt's documents
         manifest["timings"]["actor_seconds"] = {k: round(v, 3) for k, v in sorted(actor_seconds.items())}
         if rows is not None:  # actors scored in this attempt

@@ -64,7 +64,14 @@ class Staging:
         path = self.folder / "identity.json"
         identity = json.loads(json.dumps(identity, default=str))  # as it reads back from JSON
         if path.is_file():
-            kept = json.loads(path.read_text())
+            kept = _read_identity(path)
+            if kept is None:
+                self.close()
+                raise StagingError(
+                    f"the unfinished {self.folder.name} cannot be resumed: {path} is damaged (not a JSON mapping of "
+                    "its settings), so a changed setting could not be told; restore it, or start a new run with "
+                    "another --run-id"
+                )
             # a key the first attempt did not record (an older version's staging) is not compared
             changed = sorted(k for k in kept if kept.get(k) != identity.get(k))
             files = [k for k in changed if k in CONTENT_KEYS]
@@ -179,6 +186,15 @@ def read_committed_ids(folder: Path) -> list[str]:
         if record is not None and not unreadable_files(folder, record) and not resized_files(folder, record):
             ids.extend(str(doc_id) for doc_id in record["doc_ids"])
     return ids
+
+
+def _read_identity(path: Path) -> dict | None:
+    """A staging's identity.json, or None where it is not a non-empty JSON mapping (edited, cut short)."""
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return kept if isinstance(kept, dict) and kept else None
 
 
 def read_record(path: Path) -> dict | None:
