@@ -271,6 +271,20 @@ def test_a_manifest_edited_to_another_layout_is_refused_not_read_empty(tmp_path,
         open_store(tmp_path)
 
 
+def test_a_layout_2_run_whose_read_errors_were_written_in_layout_3_stays_readable(tmp_path, batches):
+    """Before 2026-11-27 a layout-2 run's read errors went into a part recorded as layout 3, and the
+    views refused the run (and with it the store); a part of errors reads alike in every layout."""
+    from xai_ray.store.parts import PartWriter
+
+    writer = RunWriter(tmp_path, "r", METHODS, layout=2)
+    for batch in batches:
+        writer.write(batch)
+    writer.collect(PartWriter(tmp_path, "r", [], layout=3).write_errors(["bad1"], "read", ["empty"], key="read"))
+    writer.publish({"created_at": "x"})
+    errors = open_store(tmp_path).execute("select doc_id, stage from errors where stage = 'read'").fetchall()
+    assert errors == [("bad1", "read")]
+
+
 def test_a_part_damaged_inside_is_one_sentence_in_every_command(tmp_path, batches, capsys):
     """A file that keeps its closing magic bytes but whose insides are damaged passes the views'
     check and fails when DuckDB reads it: `sql`, `topk` and `report` say so in one line."""
