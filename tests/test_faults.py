@@ -305,6 +305,32 @@ def test_a_part_damaged_inside_is_one_sentence_in_every_command(tmp_path, batche
         assert len(said) == 1 and said[0].startswith("xai-ray: ") and "part-1.parquet" in said[0], said
 
 
+def test_a_page_damaged_inside_a_part_whose_footer_reads_is_named_by_sql(tmp_path, batches, capsys):
+    """Bytes overwritten inside a part, its footer whole: DuckDB's error ("don't know what type:")
+    named nothing; `sql` now reads the store's files to name the damaged one."""
+    from xai_ray import cli
+
+    writer = RunWriter(tmp_path, "r", METHODS, part_rows=1)
+    for batch in batches:
+        writer.write(batch)
+    run = writer.publish({"created_at": "x", "config": {"methods": METHODS}})
+    part = run / "token_scores" / "part-1.parquet"
+    group = pq.ParquetFile(part).metadata.row_group(0)
+    chunk = next(  # a score column's pages: not the ids the views' checks read
+        column
+        for column in (group.column(j) for j in range(group.num_columns))
+        if column.path_in_schema == "score:rollout:2"
+    )
+    start, size = chunk.data_page_offset, chunk.total_compressed_size
+    data = bytearray(part.read_bytes())
+    data[start : start + size] = np.random.default_rng(0).integers(0, 256, size, np.uint8).tobytes()
+    part.write_bytes(bytes(data))
+    assert cli.main(["sql", "--store", str(tmp_path), "select sum(score) from tokens"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("xai-ray: "), said
+    assert "runs/run_id=r/token_scores/part-1.parquet is damaged" in said[0], said
+
+
 def publish_batches(root, batches, **manifest):
     """The run ``r`` of ``batches``, published in one part per writer flush; its folder."""
     writer = RunWriter(root, "r", METHODS)

@@ -145,7 +145,7 @@ def main() -> int:
     import duckdb
 
     from xai_ray.query.connection import open_store
-    from xai_ray.query.user_sql import stream_arrow
+    from xai_ray.query.user_sql import DamagedRead, stream_arrow
     from xai_ray.store import StoreError
 
     request = json.loads(sys.stdin.buffer.read())
@@ -177,10 +177,17 @@ def main() -> int:
         writer.close()
         out.flush()
         return 0
+    except DamagedRead as err:  # which file: the error does not say
+        from xai_ray.query.run_files import first_unreadable
+
+        found = first_unreadable(request["store"])
+        where = f"{found} is damaged" if found else "no damaged file was found in 20 s of reading"
+        return _refuse(f"{str(err).removesuffix(': a damaged file?')}: {where}; restore that run folder from a copy")
     except (QueryError, StoreError) as err:  # StoreError: a run folder that cannot be read as one
         return _refuse(str(err))
     except (duckdb.IOException, duckdb.InvalidInputException) as err:  # a store file damaged or cut short
         return _refuse(f"a file of the store cannot be read: {(str(err).strip().splitlines() or ['?'])[0]}")
+
     except MemoryError:
         return _refuse(
             f"the query needs more memory than --memory-limit {limits.memory_limit} allows (DuckDB's limit and "

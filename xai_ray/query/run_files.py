@@ -198,3 +198,21 @@ def recorded(run: Path, info: dict, file: Path) -> bool:
         return False
     relative = "/".join(parts)
     return folder not in RECORDED or not info["parts"] or relative in info["parts"] or file.name == EMPTY_PART
+
+
+def first_unreadable(store: str | Path, budget_s: float = 20.0) -> str | None:
+    """The first Parquet file of the store's published runs that pyarrow cannot read whole (a
+    damaged page inside a file whose footer reads: DuckDB says only "don't know what type"), by its
+    path below the store; None when none is found within ``budget_s`` seconds of reading."""
+    import time
+
+    root = Path(store)
+    started = time.monotonic()
+    for file in store_layout.store_files(root, store_layout.runs_dir(root), "*.parquet"):
+        if time.monotonic() - started > budget_s:
+            return None
+        try:
+            pq.read_table(file)
+        except (OSError, pa.ArrowException):
+            return file.relative_to(root).as_posix()
+    return None

@@ -104,7 +104,14 @@ def limited(con, timeout_s: float | None):
                 f"the query needs more memory than --memory-limit allows (now {limit}); raise it, "
                 "or select fewer rows or columns"
             ) from None
+        if type(err) is duckdb.Error or isinstance(err, duckdb.InternalException):
+            raise DamagedRead(f"DuckDB failed reading the store ({str(err).strip()[:200]}): a damaged file?") from None
         raise QueryError(str(err).splitlines()[0]) from None
     finally:
         if timer:
             timer.cancel()
+
+
+class DamagedRead(QueryError):
+    """DuckDB failed while reading with an error of no kind (``duckdb.Error`` itself, or internal):
+    what a page damaged inside a file whose footer reads gives ("don't know what type")."""
