@@ -79,3 +79,21 @@ def test_a_command_whose_corpus_is_all_rejected_exits_3_every_time(tmp_path, tin
         done = subprocess.run([sys.executable, "-m", "xai_ray.cli", *args], capture_output=True, text=True, timeout=300)
         assert done.returncode == EXIT_ERRORS, (attempt, done.stderr[-2000:])
         assert "every document failed: 0 of 2 scored, 2 in errors" in done.stderr
+
+
+def test_a_corpus_without_rows_is_refused_in_one_sentence_with_nothing_published(
+    ray_cluster, tmp_path, tiny_bert_dir, capsys
+):
+    """A header-only CSV, a Parquet file of no rows and an empty JSON Lines file published an empty
+    run with exit 0, where an empty CSV or Parquet file was refused."""
+    empty = {
+        "none.parquet": lambda p: pd.DataFrame({"id": [], "text": [], "label": []}).to_parquet(p),
+        "none.csv": lambda p: p.write_text("id,text,label\n"),
+        "none.jsonl": lambda p: p.write_text(""),
+    }
+    for name, write in empty.items():
+        write(tmp_path / name)
+        assert cli.main(_run(tmp_path, str(tmp_path / name), tiny_bert_dir, "--run-id", "e")) == 2, name
+        err = capsys.readouterr().err
+        assert "holds no rows" in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "store" / "runs" / "run_id=e").exists()

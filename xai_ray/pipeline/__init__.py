@@ -109,10 +109,19 @@ def run(cfg: RunConfig) -> RunResult:
             _remove_refused(logged, created)
             raise
         writer = open_writer(cfg, cfg.run_id)  # a resumed run's committed documents are not scored again
+        from xai_ray.data.corpus import CorpusError
+
         try:
             screened = screen(corpus, model["labels"], done=writer.done_ids)
-        except BaseException:
+            if not screened.n_input and not writer.stage.records:
+                # as an empty CSV or Parquet file is refused: not an empty run published with exit 0
+                raise CorpusError(
+                    f"{cfg.data!r} holds no rows (an empty file, or a header or schema only): nothing to score"
+                )
+        except BaseException as err:
             writer.abort(keep_parts=bool(writer.stage.records))
+            if isinstance(err, CorpusError) and not writer.stage.records:
+                _remove_refused(logged, created)
             raise
         del corpus  # its handles on Ray's objects are screened's alone, dropped before Ray goes (publish)
         return publish(screened, cfg, model=model, writer=writer, started=started)
