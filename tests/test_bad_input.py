@@ -391,6 +391,21 @@ def test_rerunning_a_run_id_with_other_settings_is_one_sentence(tmp_path, tiny_b
     assert status == 2 and "(max_length)" in capsys.readouterr().err
 
 
+def test_a_run_folder_without_its_manifest_is_named_when_its_id_is_taken(tmp_path, scorer_factory, capsys):
+    """Readers leave out a run folder without manifest.json; `run --run-id` and `--resume` said
+    only "already exists" and "already complete" of a run no query could see."""
+    writer = RunWriter(tmp_path, "r", METHODS)
+    writer.write(scorer_rows(scorer_factory("bert"), TEXTS[:2]))
+    (writer.publish({"created_at": "x"}) / "manifest.json").unlink()
+    for argv in (
+        ["run", "--data", str(tmp_path / "c.csv"), "--store", str(tmp_path), "--run-id", "r"],
+        ["run", "--resume", "r", "--store", str(tmp_path)],
+    ):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert "its folder has no manifest.json, so no query, report or topk sees it" in err, err
+
+
 @pytest.mark.parametrize(
     "text, readable",
     [

@@ -89,7 +89,11 @@ def run(cfg: RunConfig) -> RunResult:
     created = _folders_to_create(layout.run_log(cfg.store, cfg.run_id).parent)
     check_store(cfg.store)  # before the log file goes into it
     if layout.run_dir(cfg.store, cfg.run_id).is_dir():  # before its log is touched: a refusal removes that
-        raise StoreError(f"run {cfg.run_id!r} already exists in store {cfg.store!r}; pick another --run-id")
+        why = _no_manifest(layout.run_dir(cfg.store, cfg.run_id))
+        raise StoreError(
+            f"run {cfg.run_id!r} already exists in store {cfg.store!r}; pick another --run-id"
+            + (f" ({why})" * bool(why))
+        )
     logged = route_noise(layout.run_log(cfg.store, cfg.run_id))  # Ray's and setuptools' chatter: into the run's log
     with native_stderr_into(logged):  # and what Ray's C++ core writes to stderr
         try:
@@ -256,6 +260,9 @@ def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list
             manifest = layout.read_manifest(published)  # published here, never uploaded: `run` uploads it
             return replace(RunConfig.from_manifest(manifest), store=store, run_id=run_id)
         if layout.run_dir(local, run_id).is_dir():
+            why = _no_manifest(layout.run_dir(local, run_id))
+            if why:
+                raise StoreError(f"run {run_id!r} in store {store!r} was published, but {why}")
             raise StoreError(f"run {run_id!r} in store {store!r} is already complete; nothing to resume")
         raise StoreError(f"store {store!r} has no unfinished run {run_id!r} to resume")
     moved = [
@@ -280,6 +287,16 @@ def _staged_settings(path) -> dict | None:
     except ConfigError:
         return None
     return found if isinstance(found, dict) and found else None
+
+
+def _no_manifest(folder: Path) -> str:
+    """What a run folder without its manifest is: no reader lists it (they said nothing of it)."""
+    if (folder / layout.MANIFEST).is_file():
+        return ""
+    return (
+        f"its folder has no {layout.MANIFEST}, so no query, report or topk sees it (deleted, or the folder "
+        f"copied without it): restore it, or move {folder} out of the store"
+    )
 
 
 def new_run_id() -> str:
