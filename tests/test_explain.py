@@ -137,6 +137,9 @@ def test_cli_explains_a_stored_review_as_its_run_scored_it(tiny_store, tmp_path,
         # an empty list fell back to the defaults without a word (run refuses it)
         (["explain", "text", "--model", "MODEL", "--methods", "", "--out", "x.html"], "--methods is empty"),
         (["explain", "--store", "STORE", "--doc-id", "a", "--methods", ",,,", "--out", "x.html"], "--methods is empty"),
+        # taken and dropped without a word: a text is explained alone
+        (["explain", "text", "--model", "MODEL", "--run", "r1", "--out", "x.html"], "--run picks a stored review"),
+        (["explain", "text", "--model", "MODEL", "--store", "STORE", "--out", "x.html"], "--store picks a stored"),
     ],
 )
 def test_cli_mistakes_are_one_sentence(tiny_store, tiny_model_factory, tmp_path, capsys, argv, message):

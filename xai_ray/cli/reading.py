@@ -276,6 +276,9 @@ def cmd_explain(args) -> int:
             args.store, args.doc_id, args.out, args.run_id, args.model, args.max_length, methods
         )
     else:
+        if args.run_id is not None or args.store:  # they name where a stored review is: taken and dropped before
+            flag = "--run" if args.run_id is not None else "--store"
+            raise ConfigError(f"{flag} picks a stored review, with --doc-id; a text given here is explained alone")
         if not args.model:
             raise ConfigError("explain needs --model for a text given on the command line")
         methods = [m.strip() for m in (args.methods or ",".join(explain.DEFAULT_METHODS)).split(",") if m.strip()]
