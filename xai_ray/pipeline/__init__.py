@@ -10,7 +10,6 @@ staging, and the driver collects their records and publishes. Each stage can be 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import time
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from xai_ray.model.structure import check_structure
 from xai_ray.pipeline import pool
 from xai_ray.pipeline.batches import count_of, even_batch, order_corpus, scorer_input
 from xai_ray.pipeline.pool import actor_gpus, start_actors
+from xai_ray.pipeline.resume import no_manifest, resume_config
 from xai_ray.pipeline.writing import (
     IDENTITY_KEYS,
     build_manifest,
@@ -44,6 +44,7 @@ from xai_ray.store.writer import RunWriter, check_store
 log = logging.getLogger("xai_ray")
 __all__ = [
     "IDENTITY_KEYS",
+    "resume_config",
     "open_writer",
     "resolved",
     "run",
@@ -89,7 +90,7 @@ def run(cfg: RunConfig) -> RunResult:
     created = _folders_to_create(layout.run_log(cfg.store, cfg.run_id).parent)
     check_store(cfg.store)  # before the log file goes into it
     if layout.run_dir(cfg.store, cfg.run_id).is_dir():  # before its log is touched: a refusal removes that
-        why = _no_manifest(layout.run_dir(cfg.store, cfg.run_id))
+        why = no_manifest(layout.run_dir(cfg.store, cfg.run_id))
         raise StoreError(
             f"run {cfg.run_id!r} already exists in store {cfg.store!r}; pick another --run-id"
             + (f" ({why})" * bool(why))
@@ -240,63 +241,6 @@ def _upload_published(local: Path, cfg: RunConfig) -> RunResult:
     report_file = layout.report_path(local, cfg.run_id)
     manifest = layout.read_manifest(run_dir / layout.MANIFEST)
     return RunResult(cfg.run_id, run_dir, manifest, report_file if report_file.is_file() else None)
-
-
-def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:
-    """The config an unfinished run was started with (its staging keeps it), execution flags on top."""
-    from xai_ray.config import resolve
-
-    if not run_id.strip():
-        raise ConfigError(
-            "--resume needs the id of the unfinished run, as the line that said it stopped gives it "
-            "(its parts are in STORE/_staging/run_id=ID)"
-        )
-    store = os.path.expanduser(store)  # as RunConfig takes it
-    local = remote.local_store(store)  # a store URI's staging and runs are in this machine's mirror
-    saved = layout.staged_config(local, run_id)
-    if not saved.is_file():
-        published = layout.manifest_path(local, run_id)
-        if published.is_file() and remote.is_uri(store) and not remote.has_run(store, run_id):
-            manifest = layout.read_manifest(published)  # published here, never uploaded: `run` uploads it
-            return replace(RunConfig.from_manifest(manifest), store=store, run_id=run_id)
-        if layout.run_dir(local, run_id).is_dir():
-            why = _no_manifest(layout.run_dir(local, run_id))
-            if why:
-                raise StoreError(f"run {run_id!r} in store {store!r} was published, but {why}")
-            raise StoreError(f"run {run_id!r} in store {store!r} is already complete; nothing to resume")
-        raise StoreError(f"store {store!r} has no unfinished run {run_id!r} to resume")
-    moved = [
-        item.partition("=")[0].strip() for item in sets or [] if item.partition("=")[0].strip() in ("run_id", "store")
-    ]
-    if moved:  # --set outranks flags: it started another run, elsewhere, and left this one unfinished
-        raise ConfigError(f"--resume {run_id} finishes that run in its store; --set {moved[0]} cannot move it")
-    flags = {**(flags or {}), "store": store, "run_id": run_id}
-    if not _staged_settings(saved):  # resolve would take every default: another corpus, another model
-        raise StoreError(
-            f"the unfinished run {run_id!r} has no settings to resume with: {saved} is empty or not a YAML mapping; "
-            "restore it, or start a new run with another --run-id"
-        )
-    return resolve(saved, flags, sets)
-
-
-def _staged_settings(path) -> dict | None:
-    from xai_ray.config import read_yaml
-
-    try:
-        found = read_yaml(path)
-    except ConfigError:
-        return None
-    return found if isinstance(found, dict) and found else None
-
-
-def _no_manifest(folder: Path) -> str:
-    """What a run folder without its manifest is: no reader lists it (they said nothing of it)."""
-    if (folder / layout.MANIFEST).is_file():
-        return ""
-    return (
-        f"its folder has no {layout.MANIFEST}, so no query, report or topk sees it (deleted, or the folder "
-        f"copied without it): restore it, or move {folder} out of the store"
-    )
 
 
 def new_run_id() -> str:
