@@ -17,7 +17,10 @@ the relevances of the input positions add up to the explained logit exactly (con
 biases absorb their share otherwise). The input is the summed embedding (word + position +
 type) entering the embeddings' layer norm; a model without one (no such layer norm) is read at
 its word embeddings. Activations are the modules of ``ACTIVATIONS`` and ``transformers.activations``;
-one applied as a bare function (RoBERTa's head calls ``torch.tanh``) keeps its gradient.
+one a classification head applies as a bare function between its ``dense`` and ``out_proj``
+(RoBERTa's head calls ``torch.tanh``), out of a module hook's reach, gets the same rule from a
+hook on each side (``_bare_activation``): without it RoBERTa's relevances missed the logit by
+about the logit's size.
 
 The attention is held constant through the capture attention ("xai_capture", ``capture``),
 which hands every layer to ``attend_detached`` while a pass is active; an eager model cannot
@@ -97,6 +100,34 @@ def _is_activation(module) -> bool:
     return isinstance(module, ACTIVATIONS) or type(module).__module__ == "transformers.activations"
 
 
+def _applies_a_bare_activation(module) -> bool:
+    """A head of ``dense`` then ``out_proj`` (Linear both) with no activation module of its own: it
+    applies the activation between them as a function (RoBERTa's, XLM-R's: ``torch.tanh``)."""
+    children = dict(module.named_children())
+    linear = all(isinstance(children.get(name), torch.nn.Linear) for name in ("dense", "out_proj"))
+    return linear and not any(_is_activation(child) for child in children.values())
+
+
+def _bare_activation(dense, out_proj) -> list:
+    """The identity rule for f between ``dense`` and ``out_proj``: ``dense``'s output z kept, and
+    ``out_proj``'s input f(z) (dropout between is off in eval) given back as z * (f(z) / z), the
+    ratio detached: the same value, the relevance of f(z) passed to z whole."""
+    seen = {}
+
+    def keep(module, args, output):
+        seen["z"] = output
+
+    def rule(module, args):
+        z, fz = seen.pop("z", None), args[0]
+        if z is None or z.shape != fz.shape:  # not the head this was made for: leave it
+            return None
+        zero = z == 0
+        ratio = torch.where(zero, torch.zeros_like(z), fz / torch.where(zero, torch.ones_like(z), z))
+        return (z * ratio.detach(), *args[1:])
+
+    return [dense.register_forward_hook(keep), out_proj.register_forward_pre_hook(rule)]
+
+
 @contextlib.contextmanager
 def _conservative(model, state: _Pass):
     """Hooks that hold sigma and activation ratios constant (removed after, whatever happens);
@@ -117,6 +148,8 @@ def _conservative(model, state: _Pass):
             hooks.append(module.register_forward_hook(entry_hook if module is entry else norm_hook))
         elif _is_activation(module):
             hooks.append(module.register_forward_hook(_identity_rule))
+        elif _applies_a_bare_activation(module):
+            hooks += _bare_activation(module.dense, module.out_proj)
     token = _active.set(state)
     try:
         yield entry is not None
