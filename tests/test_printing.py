@@ -123,6 +123,30 @@ def test_control_and_bidi_characters_are_shown_escaped_on_a_terminal(capsys, mon
     assert "a\\x1b[2Jb" in printed(capsys, [table], "csv") and "\x1b" not in printed(capsys, [table], "csv")
 
 
+def test_json_escapes_c1_del_bidi_and_separators_which_duckdb_leaves_raw(capsys):
+    """DuckDB's to_json escapes only C0 characters: U+009B (an 8-bit CSI), DEL, U+202E and U+2028
+    reached the terminal raw in values, column names and lists. The same values read back."""
+    hostile = "a\x9b2J\x7f\u202eevil\u2028\x85"
+    table = pa.table({"c\u202e": [hostile], "l": [[hostile]]})
+    out = printed(capsys, [table], "json")
+    assert not any(c in out for c in "\x9b\x7f\u202e\u2028\x85"), ascii(out)
+    assert json.loads(out) == [{"c\u202e": hostile, "l": [hostile]}]
+    shown = printed(capsys, [table], "table")  # line and paragraph separators too
+    assert "\\u2028" in shown and "\u2028" not in shown
+
+
+def test_a_class_name_reaches_the_caution_line_escaped():
+    """A model's id2label is its author's text: the lean caution line (topk's stderr, the nightly
+    line and log) carried ESC sequences and U+202E to the terminal."""
+    from types import SimpleNamespace
+
+    from xai_ray.query.lean import sentence
+
+    row = SimpleNamespace(method="raw", layer=2, mean_lean=-0.5, n_words=10, n_against=7)
+    said = sentence(row, "\x1b]0;PWN\x07\x1b[2J\u202eneg")
+    assert "\x1b" not in said and "\u202e" not in said and "\\x1b]0;PWN\\x07\\x1b[2J\\u202eneg" in said
+
+
 def test_a_value_duckdb_cannot_print_is_named_as_the_results_not_the_stores(capsys):
     """A UHUGEINT >= 2**127 travels over Arrow as decimal128(38, 0) and fails DuckDB's cast back:
     the command said "DuckDB failed on the store (a damaged file?)"."""

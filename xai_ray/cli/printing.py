@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import re
 import sys
-import unicodedata
 from collections.abc import Iterable, Iterator
+
+from xai_ray.terminal import json_visible, visible
 
 TABLE_ROWS = 500
 # In DuckDB's JSON text: a string (kept as it is), or a NaN or infinity written as a bare literal.
@@ -40,7 +41,7 @@ def print_rows(batches: Iterable, fmt: str) -> None:
 
 
 def _csv(batches) -> None:
-    shown = _visible if sys.stdout.isatty() else str  # on a terminal, its control characters escaped
+    shown = visible if sys.stdout.isatty() else str  # on a terminal, its control characters escaped
     header = False
     for names, rows in _as_text(batches):
         if not header:
@@ -63,23 +64,12 @@ def _csv_field(value: str) -> str:
 # sequence that can clear the screen or retitle the window) and the bidirectional formatting
 # characters (U+202E turns the rest of the line around: a review or class name could spoof the text
 # around it).
-BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def _visible(text: str) -> str:
-    """``text`` with each control or bidirectional formatting character written as its escape (``\x1b``,
-    ``\u202e``): what a person reads on a terminal, never what the terminal obeys."""
-    if text.isprintable():
-        return text
-    return "".join(ascii(c)[1:-1] if c in BIDI or unicodedata.category(c) == "Cc" else c for c in text)
-
-
 def _json(batches) -> None:
     opened = False
     for _, rows in _as_text(batches, json=True):
         for (record,) in rows:
             sys.stdout.write(",\n " if opened else "[\n ")
-            sys.stdout.write(_strict(record))
+            sys.stdout.write(json_visible(_strict(record)))  # C1, DEL, bidi: escaped as well
             opened = True
     sys.stdout.write("\n]\n" if opened else "[]\n")
 
@@ -103,9 +93,9 @@ def _table(batches) -> None:
         print("(no rows)")
         return
     cells = [
-        ["NULL" if value is None else _visible(value.replace("\n", " ")) for value in row] for row in shown[:TABLE_ROWS]
+        ["NULL" if value is None else visible(value.replace("\n", " ")) for value in row] for row in shown[:TABLE_ROWS]
     ]
-    names = [_visible(name) for name in names]
+    names = [visible(name) for name in names]
     widths = [max(len(name), *(len(row[k]) for row in cells)) for k, name in enumerate(names)]
     line = lambda values: "  ".join(  # noqa: E731
         value.rjust(width) if numeric else value.ljust(width) for value, width, numeric in zip(values, widths, right)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from xai_ray.query.connection import run_named
 from xai_ray.query.top_words import has_word_totals, settle
+from xai_ray.terminal import visible
 
 
 def lean(con, run_id: str, k: int, method: str | None = None, layer: int | None = None, **word_params) -> pd.DataFrame:
@@ -38,9 +39,10 @@ def flagged(frame: pd.DataFrame) -> pd.DataFrame:
 
 def sentence(row, label: str) -> str:
     """``raw, layer 6 leans against the prediction for class positive: ...`` for one flagged row of
-    ``lean`` (``label``: the class's name, or its number)."""
+    ``lean`` (``label``: the class's name, or its number; its control and bidirectional characters
+    escaped: the sentence goes to the terminal and the nightly log, and a model's author names it)."""
     return (
-        f"{row.method}, layer {int(row.layer)} leans against the prediction for class {label}: "
+        f"{row.method}, layer {int(row.layer)} leans against the prediction for class {visible(str(label))}: "
         f"mean lean {row.mean_lean:+.2f} over its top {int(row.n_words)} words, "
         f"{int(row.n_against)} of them more frequent in reviews predicted otherwise"
     )
