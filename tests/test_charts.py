@@ -368,8 +368,36 @@ def test_contrast_bars_diverge_by_side():
     spec = charts.contrast_bars(frame, "positive", "negative", "contrast").to_dict()
     assert spec["mark"]["type"] == "bar" and fields(spec)["x"] == ("difference", "quantitative")
     assert encoding(spec)["y"]["sort"] == ["great", "awful"]
-    assert encoding(spec)["color"]["field"] == "side"
+    assert encoding(spec)["color"]["field"] == "predicted"  # the classes' names, from the data
     assert encoding(spec)["color"]["scale"]["domain"] == ["positive", "negative"]
+
+
+@pytest.mark.parametrize("names", [("if", "y"), ("constructor", "__proto__"), ("a\\", "'"), ("same", "same")])
+def test_contrast_bars_draw_any_class_names(names):
+    """The legend named the classes in a labelExpr: "if" emptied the chart ("Unrecognized signal
+    name"), "constructor" and "__proto__" lost their labels, a name ending in a backslash broke the
+    tooltip's expression, and the image export failed with a traceback."""
+    frame = pd.DataFrame(
+        {
+            "side": ["positive", "negative"],
+            "word": ["great", "awful"],
+            "difference": [0.2, -0.3],
+            "mean_pos": [0.3, 0.1],
+            "mean_neg": [0.1, 0.4],
+            "occurrences_pos": [5, 6],
+            "occurrences_neg": [4, 7],
+        }
+    )
+    chart = charts.contrast_bars(frame, *names, "contrast")
+    assert "labelExpr" not in json.dumps(chart.to_dict())
+    import html
+
+    import vl_convert
+
+    svg = vl_convert.vegalite_to_svg(charts.spec(chart))  # the image export: it raised on "if" and "a\\"
+    drawn = {html.unescape(text).replace(charts.JOINER, "") for text in re.findall(r"<text[^>]*>([^<]+)</text>", svg)}
+    shown = names if names[0] != names[1] else (names[0], f"{names[1]} (other)")  # two classes of one name
+    assert set(shown) <= drawn, sorted(drawn)
 
 
 def test_agreement_histogram_is_prebinned_per_pair():

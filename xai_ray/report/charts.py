@@ -20,7 +20,7 @@ AXIS = {"lift": "mean lift per review (1 = even spread)", "share": "mean share o
 # chart in the page and failed its image export (vega-encode 5.1, 2026-11).
 OBJECT_MEMBERS = frozenset(
     "constructor hasOwnProperty isPrototypeOf propertyIsEnumerable toLocaleString toString valueOf"
-    " __defineGetter__ __defineSetter__ __lookupGetter__ __lookupSetter__".split()
+    " __defineGetter__ __defineSetter__ __lookupGetter__ __lookupSetter__ __proto__".split()
 )
 # Vega-Lite compiles an explicit sort into an expression comparing the field with each value, and
 # Vega's expression parser fails on the value "if" there ("Unrecognized signal name"), emptying the
@@ -56,6 +56,12 @@ def unchecked():
     with it (2 cores, means of 3). Every chart a report builds is validated by the tests instead
     (``tests/test_report.py``), whose specs come from the same code."""
     return alt.utils.schemapi.debug_mode(False)
+
+
+def _tooltip_title(text: str) -> str:
+    """A tooltip title holding a user's text (a class name): Vega-Lite writes it into an expression
+    string escaping its quotes but not its backslashes, so a name ending in one broke the chart."""
+    return text.replace("\\", "\\\\")
 
 
 def _interval_tooltip() -> list:
@@ -246,6 +252,11 @@ def contrast_bars(contrast: pd.DataFrame, positive: str, negative: str, title: s
     occurrences_pos, occurrences_neg.
     """
     order = contrast.sort_values("difference", ascending=False)["word"].tolist()
+    # The legend names the classes from the data, never from an expression: a class name written
+    # into one (a labelExpr) broke the chart on "if" or a name ending in a backslash and kept a
+    # bidi override live (a model's id2label is its author's text).
+    shown = {"positive": positive, "negative": negative if negative != positive else f"{negative} (other)"}
+    contrast = contrast.assign(predicted=contrast["side"].map(shown))
     return (
         alt.Chart(contrast)
         .mark_bar()
@@ -253,18 +264,15 @@ def contrast_bars(contrast: pd.DataFrame, positive: str, negative: str, title: s
             y=alt.Y("word:N", sort=order, title=None),
             x=alt.X("difference:Q", title=f"mean per review when predicted {positive} - when predicted {negative}"),
             color=alt.Color(
-                "side:N",
-                scale=alt.Scale(domain=["positive", "negative"], range=["#2f7ebc", "#d6604d"]),
-                legend=alt.Legend(
-                    title="weighs more when predicted",
-                    labelExpr=f"datum.label == 'positive' ? {positive!r} : {negative!r}",
-                ),
+                "predicted:N",
+                scale=alt.Scale(domain=[shown["positive"], shown["negative"]], range=["#2f7ebc", "#d6604d"]),
+                legend=alt.Legend(title="weighs more when predicted"),
             ),
             tooltip=[
                 "word:N",
                 alt.Tooltip("difference:Q", format="+.4f"),
-                alt.Tooltip("mean_pos:Q", format=".4f", title=f"mean score, predicted {positive}"),
-                alt.Tooltip("mean_neg:Q", format=".4f", title=f"mean score, predicted {negative}"),
+                alt.Tooltip("mean_pos:Q", format=".4f", title=_tooltip_title(f"mean score, predicted {positive}")),
+                alt.Tooltip("mean_neg:Q", format=".4f", title=_tooltip_title(f"mean score, predicted {negative}")),
                 "occurrences_pos:Q",
                 "occurrences_neg:Q",
             ],
