@@ -255,6 +255,23 @@ def test_sql_refuses_every_way_out_of_the_store(small_store, tmp_path, capsys):
         run_sql(con, "copy docs to 'z.csv'")
 
 
+def test_undecodable_command_line_bytes_are_named_not_a_traceback(small_store, tmp_path, capsys):
+    """Python keeps an undecodable byte of argv as a lone surrogate: `sql` died in DuckDB's parser
+    with a TypeError's traceback, and `explain --doc-id` blamed the store."""
+    for argv, said in (
+        (
+            ["sql", "--store", str(small_store), "select '\udcff'"],
+            "the query is not valid UTF-8: byte 0xff at character 8",
+        ),
+        (
+            ["explain", "--store", str(small_store), "--doc-id", "\udcff", "--out", str(tmp_path / "p.html")],
+            "--doc-id is not valid UTF-8: byte 0xff at character 0",
+        ),
+    ):
+        status, err = _run(argv, capsys)
+        assert status == 2 and said in err and "Traceback" not in err, err
+
+
 def test_a_notebook_runs_own_queries_pass_the_guard_and_it_holds_no_connection(small_store):
     """The sandbox lets a COPY replace one of the store's own parts: the ``Run`` object's in-process
     reader passes every statement through the guard, and none of its attributes is a connection."""

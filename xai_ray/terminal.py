@@ -30,3 +30,16 @@ def json_visible(text: str) -> str:
     """JSON ``text`` with those characters written as ``\\uXXXX`` escapes (they occur only inside
     its strings: JSON's own syntax is ASCII), so the same values read back."""
     return JSON_HIDDEN.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def undecodable(text: str) -> str | None:
+    """Where ``text`` is not valid UTF-8, as "byte 0xff at character 5", or None. Python keeps an
+    undecodable byte of the command line or stdin as a lone surrogate (U+DC80-U+DCFF), which no
+    encoder takes: a parser or tokenizer then fails with a TypeError instead of saying so."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(text[err.start])
+        what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
+        return f"{what} at character {err.start}"
+    return None

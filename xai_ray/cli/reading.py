@@ -9,6 +9,7 @@ import sys
 from xai_ray.cli import flags
 from xai_ray.cli.printing import TABLE_ROWS, print_rows
 from xai_ray.config import ConfigError
+from xai_ray.terminal import undecodable
 
 
 def add_parsers(sub) -> None:
@@ -271,6 +272,8 @@ def cmd_explain(args) -> int:
     if args.doc_id is not None:
         if not args.store:
             raise ConfigError("--doc-id needs --store, the store holding the review")
+        if undecodable(args.doc_id):  # it was "a file of the store cannot be read"
+            raise ConfigError(f"--doc-id is not valid UTF-8: {undecodable(args.doc_id)}")
         methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
         out = explain.explain_stored(
             args.store, args.doc_id, args.out, args.run_id, args.model, args.max_length, methods

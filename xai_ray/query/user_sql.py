@@ -14,11 +14,14 @@ import pyarrow as pa
 
 from xai_ray.query.connection import QueryError
 from xai_ray.query.guard import RefusedStatement, check_reads
+from xai_ray.terminal import undecodable
 
 
 def check_read_only(con, text: str) -> list:
     """Refuse ``text`` unless every statement in it only reads (``guard`` looks inside EXPLAIN, WITH,
     PIVOT and the like); returns its statements."""
+    if undecodable(text):  # undecodable command-line bytes: DuckDB's parser raised a TypeError
+        raise QueryError(f"the query is not valid UTF-8: {undecodable(text)}")
     try:
         statements = con.extract_statements(text)
         check_reads(con, text)

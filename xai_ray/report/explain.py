@@ -28,6 +28,7 @@ from xai_ray.report import charts, head_charts
 from xai_ray.report.blocks import number
 from xai_ray.report.outputs import check_target, script_json, write_page
 from xai_ray.report.sections import _curves, highlight_html
+from xai_ray.terminal import undecodable
 from xai_ray.words import merge_attention
 
 SCRIPT = Path(__file__).parent / "static" / "explain.js"
@@ -55,17 +56,6 @@ def explain_text(
     return write_page(out, page)
 
 
-def _check_encodable(text: str) -> None:
-    """Refuse a text holding a lone surrogate: what undecodable bytes on stdin become (Python's
-    surrogateescape keeps byte 0xNN as U+DCNN), or a broken string a notebook passed in."""
-    at = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
-    if at is None:
-        return
-    code = ord(text[at])
-    what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"a lone surrogate U+{code:04X}"
-    raise ConfigError(f"the text to explain is not valid UTF-8: {what} at character {at}; fix its encoding")
-
-
 def explain_page(
     text: str,
     model: str,
@@ -81,7 +71,8 @@ def explain_page(
     ``fingerprint``: the weights the page must be scored with (a stored run's), else refused."""
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("the text to explain is empty")
-    _check_encodable(text)
+    if undecodable(text):  # a lone surrogate: what undecodable stdin bytes become, or a notebook's broken string
+        raise ConfigError(f"the text to explain is not valid UTF-8: {undecodable(text)}; fix its encoding")
     config = {
         "model": model,
         "max_length": int(max_length),
