@@ -281,3 +281,26 @@ def test_a_decomposed_accent_stays_on_its_word():
     assert word_texts(np.array([0, 1]), 2, [(0, 2), (6, 7)], zalgo) == ["ha\u0300\u0301\u0302", "x"]
     split = "e\u0301"  # a byte-level tokenizer may make the mark a word of its own
     assert word_texts(np.array([0, 1]), 2, [(0, 1), (1, 2)], split) == ["e", "\u0301"]
+
+
+def test_a_word_that_shows_nothing_joins_the_next_word_or_the_one_before_at_the_end():
+    """Byte-level BPE makes a word of a lone "Ġ" (a trailing or doubled space, offsets (i, i)) and of
+    tabs and line breaks: each had a row with an empty text and a share of the review's score."""
+    from xai_ray.words import visible_word_ids
+
+    #       "good\t\tbad\n\nfilm " : good | \t | \t | bad | \n | \n | film | " " (empty span)
+    text = "good\t\tbad\n\nfilm "
+    offsets = [(0, 4), (4, 5), (5, 6), (6, 9), (9, 10), (10, 11), (11, 15), (16, 16)]
+    assert visible_word_ids([0, 1, 2, 3, 4, 5, 6, 7], offsets, text) == [0, 3, 3, 3, 6, 6, 6, 6]
+    assert visible_word_ids([0, 0, 1], [(0, 2), (2, 4), (5, 8)], "good bad") == [0, 0, 1]  # nothing to join
+    assert visible_word_ids([None, 0, None], [(0, 0), (0, 1), (0, 0)], "a") == [None, 0, None]  # specials stay
+
+
+def test_a_roberta_review_with_line_breaks_has_no_empty_words(scorer_factory):
+    rows = scorer_factory("roberta")(
+        {"doc_id": ["a", "b"], "text": ["good\t\tbad\n\n\nfilm", "the film was good "], "label": [1, 0]}
+    )
+    for words, shares in zip(rows.column("words").to_pylist(), rows.column("word_scores_rollout").to_pylist()):
+        assert "" not in words and [w.strip() for w in words] == words, words
+        np.testing.assert_allclose(np.asarray(shares).reshape(-1, len(words)).sum(axis=1), 1.0, atol=1e-5)
+    assert rows.column("words").to_pylist()[0] == ["good", "bad", "film"]

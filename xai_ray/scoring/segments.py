@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from xai_ray.words import visible_word_ids
+
 INPUT_FILE = "xai_ray_input.json"  # written by `xai-ray finetune` into the model folder
 
 
@@ -86,9 +88,8 @@ def plan(tokenizer, text: str, max_length: int, mode: str, stride: int | None = 
     """Cut ``text`` into model inputs of at most ``max_length`` tokens by ``mode`` (see module doc)."""
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     offsets = [tuple(o) for o in encoded["offset_mapping"]]
-    return cut(
-        list(encoded["input_ids"]), offsets, encoded.word_ids(), special_tokens(tokenizer), max_length, mode, stride
-    )
+    word_ids = visible_word_ids(encoded.word_ids(), offsets, text)  # a white-space piece joins a word
+    return cut(list(encoded["input_ids"]), offsets, word_ids, special_tokens(tokenizer), max_length, mode, stride)
 
 
 def plan_batch(
@@ -104,12 +105,14 @@ def plan_batch(
         encodings = _encode_batch(tokenizer, list(texts))
     except Exception:  # one bad text fails the whole call: each on its own, errors kept per text
         return [_plan_or_error(tokenizer, text, max_length, mode, stride) for text in texts]
-    return [_cut_or_error(e, specials, max_length, mode, stride) for e in encodings]
+    return [_cut_or_error(e, text, specials, max_length, mode, stride) for e, text in zip(encodings, texts)]
 
 
-def _cut_or_error(encoding, specials, max_length, mode, stride) -> Segments | Exception:
+def _cut_or_error(encoding, text, specials, max_length, mode, stride) -> Segments | Exception:
     try:
-        return cut(list(encoding.ids), list(encoding.offsets), encoding.word_ids, specials, max_length, mode, stride)
+        offsets = list(encoding.offsets)
+        word_ids = visible_word_ids(encoding.word_ids, offsets, text)  # a white-space piece joins a word
+        return cut(list(encoding.ids), offsets, word_ids, specials, max_length, mode, stride)
     except Exception as err:  # this text's error alone: the caller records it as its row
         return err
 
