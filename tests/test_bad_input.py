@@ -298,6 +298,23 @@ def test_a_notebook_runs_own_queries_pass_the_guard_and_it_holds_no_connection(s
             Run(str(small_store), "r", manifest={"model": {"n_layers": 2}}).words(layer=layer)
 
 
+def test_a_notebook_topk_names_its_keywords_not_the_command_lines_flags(tmp_path, scorer_factory):
+    from xai_ray.api import Run
+
+    writer = RunWriter(tmp_path, "r", METHODS)
+    writer.write(scorer_rows(scorer_factory("bert"), TEXTS[:4]))
+    writer.publish({"created_at": "x", "config": {"methods": METHODS}, "model": {"n_layers": 2}})
+    run = Run.load(str(tmp_path), "r")
+    for call, said in (
+        (lambda: run.topk(method=METHODS[0], layer=99), "layer must be between 1 and"),
+        (lambda: run.topk(method=METHODS[0], min_count=0), "min_count must be"),
+        (lambda: run.topk(method=METHODS[0], stat="nope"), "stat"),
+    ):
+        with pytest.raises(ValueError, match=said) as refused:
+            call()
+        assert "--" not in str(refused.value), refused.value
+
+
 # --------------------------------------------------------------------------- generated texts
 
 # Control characters, emoji (with skin tones and ZWJ sequences), combining marks, right-to-left

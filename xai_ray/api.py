@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,9 @@ def run(
     if verdict:  # the command exits 3 here: the run is published, and reachable from the error
         raise RunFailed(f"run {done.run_id}: {verdict}", done)
     return done
+
+
+FLAG = re.compile(r"--([a-z][a-z-]*)")  # a command-line flag named in a message: a keyword here
 
 
 class RunFailed(RuntimeError):
@@ -237,6 +241,7 @@ class Run:
         ``share`` the older one), at least ``min_docs`` reviews (default scaled with the run), each row
         with its 95% interval; ``exclude``: "punct,stop". Method: by default the one the run's own
         leaderboard ranks best, as for ``xai-ray topk`` and the report."""
+        from xai_ray.query.limits import QueryError
         from xai_ray.query.top_words import topk
         from xai_ray.report.leaderboard import lead_method
 
@@ -254,18 +259,21 @@ class Run:
         if method is None:
             methods = self.manifest.get("config", {}).get("methods") or ["rollout"]
             method, _ = lead_method(self._database(), self.run_id, methods)
-        return topk(
-            self._database(),
-            self.run_id,
-            method,
-            layer,
-            k,
-            min_count,
-            by,
-            stat=stat,
-            min_docs=min_docs,
-            exclude=exclude,
-        )
+        try:
+            return topk(
+                self._database(),
+                self.run_id,
+                method,
+                layer,
+                k,
+                min_count,
+                by,
+                stat=stat,
+                min_docs=min_docs,
+                exclude=exclude,
+            )
+        except QueryError as err:  # its checks name the command line's flags: here, this call's keywords
+            raise QueryError(FLAG.sub(lambda flag: flag[1].replace("-", "_"), str(err))) from None
 
     def _has_layer(self, layer: int | None) -> None:
         n_layers = (self.manifest.get("model") or {}).get("n_layers")
