@@ -143,8 +143,13 @@ def test_a_folder_leaves_out_a_store_kept_in_it_and_refuses_a_file_without_the_t
     for below in ("st/runs/run_id=r1/docs", "st/runs/run_id=r1/aggregates", "st/_staging/run_id=r2/docs"):
         (folder / below).mkdir(parents=True)
         pd.DataFrame({"doc_id": ["a"], "n_tokens": [3]}).to_parquet(folder / below / "part-0.parquet")
+    (folder / "st/runs/run_id=r1/manifest.json").write_text("{}")  # what makes them a store's runs
+    (folder / "st/_staging/run_id=r2/identity.json").write_text("{}")
+    (folder / "by/runs/run_id=2024").mkdir(parents=True)  # folders of those names holding no run: data
+    pd.DataFrame({"id": ["c"], "text": ["z"], "label": [1]}).to_parquet(folder / "by/runs/run_id=2024/c.parquet")
+    pd.DataFrame({"text": [], "label": []}).to_parquet(folder / "sub/none.parquet")  # no rows: no id needed
     kept, reasons, _ = _screened(folder)
-    assert kept.doc_id.tolist() == ["a", "b"] and reasons == {}
+    assert kept.doc_id.tolist() == ["a", "b", "c"] and reasons == {}
 
     pd.DataFrame({"x": [1]}).to_parquet(folder / "sub" / "z.parquet")
     with pytest.raises(CorpusError, match=r"sub/z.parquet' has no text column 'text' \(columns: x\)"):

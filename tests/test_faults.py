@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from xai_ray import cli
+from xai_ray.config import ConfigError
 from xai_ray.query.connection import QueryError, open_store
 from xai_ray.store import StoreError, files
 from xai_ray.store.layout import run_dir, staging_dir
@@ -750,6 +751,9 @@ def test_a_damaged_staged_identity_or_config_is_one_sentence_not_a_traceback(tmp
         RunWriter(tmp_path, "r", METHODS, identity={"methods": METHODS})
     (folder / "config.yaml").write_text("" if damage == "garbage" else damage)
     with pytest.raises(StoreError, match="has no settings to resume with: .*config.yaml is empty or not a YAML"):
+        resume_config(str(tmp_path), "r")
+    (folder / "config.yaml").write_text("methods: [raw\n")  # not YAML: read_yaml's own sentence, its place
+    with pytest.raises(ConfigError, match=r"is not valid YAML: .*\(line 2, column 1\)"):
         resume_config(str(tmp_path), "r")
 
 

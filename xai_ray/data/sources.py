@@ -71,13 +71,14 @@ def plan(source, split="test", text_column="text", label_column="label", id_colu
 
 def _folder_files(folder: Path) -> list[Path]:
     # a linked file is skipped (rglob does not enter a linked folder): what it points at lies outside
+    runs: dict[Path, bool] = {}  # a run folder below: whether it is one (it holds a store's files)
     found = sorted(
         f
         for f in folder.rglob("*")
         if f.is_file()
         and f.name.lower().endswith(FOLDER_FORMATS)
         and not f.is_symlink()
-        and not in_a_store(f.relative_to(folder))
+        and not in_a_store(folder, f.relative_to(folder), runs)
     )
     kinds = {f.suffix.lower() for f in found}
     if not found:
@@ -93,18 +94,32 @@ def _folder_files(folder: Path) -> list[Path]:
     return found
 
 
-def in_a_store(relative: Path) -> bool:
-    """Whether a file below a corpus folder belongs to an xai-ray store kept there (a run's
-    ``runs/run_id=<id>/`` or ``_staging/``): a store inside the data folder was read back as
-    corpus on the next run, every part and aggregate a row of errors."""
+# What a store's run folder holds (``store.layout``; the data layer reads no store module): a
+# published run's manifest, a run's part records, an unfinished run's identity and settings
+RUN_MARKS = ("manifest.json", "_parts", "identity.json", "config.yaml")
+
+
+def in_a_store(folder: Path, relative: Path, runs: dict) -> bool:
+    """Whether a file below a corpus ``folder`` lies in a run folder of an xai-ray store kept there
+    (``runs/run_id=<id>/`` or ``_staging/run_id=<id>/`` holding a run's files): a store inside the
+    data folder was read back as corpus on the next run, every part and aggregate a row of errors.
+    A folder of those names without a run's files is data like any other. ``runs`` caches the
+    answer per run folder."""
     parts = relative.parts[:-1]
-    return "_staging" in parts or any(a == "runs" and b.startswith("run_id=") for a, b in zip(parts, parts[1:]))
+    for i in range(len(parts) - 1):
+        if parts[i] in ("runs", "_staging") and parts[i + 1].startswith("run_id="):
+            run = folder.joinpath(*parts[: i + 2])
+            if run not in runs:
+                runs[run] = any((run / mark).exists() for mark in RUN_MARKS)
+            if runs[run]:
+                return True
+    return False
 
 
 def _file_plan(args, files: list[Path]) -> SourcePlan:
     source, text_column, id_column = args[0], args[2], args[4]
     kind = files[0].suffix.lower().lstrip(".")
-    pieces, columns = [], {}
+    pieces, columns, rowless = [], {}, set()
     for file in files:
         if kind == "parquet":
             metadata, names = _parquet_footer(file)
@@ -114,9 +129,13 @@ def _file_plan(args, files: list[Path]) -> SourcePlan:
                 Piece(len(pieces) + i, kind, str(file), metadata.row_group(g).num_rows, (g,))
                 for i, g in enumerate(groups)
             ]
+            rowless.update([file] if not metadata.num_rows else [])
         else:
             columns[file] = _text_header(file, kind, text_column) if kind == "csv" else []
             pieces.append(Piece(len(pieces), kind, str(file)))
+            rowless.update([file] if kind == "csv" and not _csv_has_rows(file) else [])
+    if len(files) > 1:  # a file of a folder with no rows gives no row of errors: no column it lacks matters
+        columns = {file: names for file, names in columns.items() if file not in rowless} or columns
     if kind in ("csv", "parquet"):
         for file, names in columns.items():  # each file: one without the text column gave a row of errors
             _require_text_column(source if len(files) == 1 else str(file), text_column, names)
@@ -160,6 +179,16 @@ def _text_header(file: Path, kind: str, text_column: str) -> list[str]:
     if not header:
         raise CorpusError(f"{str(file)!r} cannot be parsed: its first line holds no column names")
     return fields.csv_columns(header)
+
+
+def _csv_has_rows(file: Path) -> bool:
+    """Whether a CSV file holds a line past its header (a header alone makes no row)."""
+    try:
+        with open_text(file) as handle:
+            next(handle, None)
+            return any(line.strip() for line in handle)
+    except (OSError, UnicodeDecodeError):  # the reader names it, in its own words
+        return True
 
 
 def _json_keys(files: list[Path], kind: str, text_column: str, id_column: str) -> tuple[list[str], bool | None]:

@@ -9,6 +9,7 @@ staging, and the driver collects their records and publishes. Each stage can be 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -126,6 +127,8 @@ def run(cfg: RunConfig) -> RunResult:
         except BaseException as err:
             writer.abort(keep_parts=bool(writer.stage.records))
             if isinstance(err, CorpusError) and not writer.stage.records:
+                with contextlib.suppress(OSError):  # the staging folder the writer made, if no other run's is in it
+                    layout.staging_dir(cfg.store, cfg.run_id).parent.rmdir()
                 _remove_refused(logged, created)
             raise
         del corpus  # its handles on Ray's objects are screened's alone, dropped before Ray goes (publish)

@@ -54,11 +54,15 @@ def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list
 
 
 def _staged_settings(path) -> dict | None:
+    """The staged settings, or None where the file holds none (empty, or no mapping); a file that
+    does not read as YAML says why in read_yaml's own sentence (its line and column)."""
     from xai_ray.config import read_yaml
 
     try:
         found = read_yaml(path)
-    except ConfigError:
+    except ConfigError as err:
+        if "must hold a mapping" not in str(err):  # not YAML, a key twice, a refused tag: its own sentence
+            raise
         return None
     return found if isinstance(found, dict) and found else None
 
