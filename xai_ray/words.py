@@ -22,30 +22,34 @@ TAIL = re.compile(r"['\u2019]\w+")  # a byte-level BPE piece such as 't or 's
 SPACES = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)
 
 
-def visible_word_ids(word_ids: list, offsets, text: str) -> list:
-    """The tokenizer's word ids with each word that shows nothing joined to the next word that does
-    (the one before, at the end of the text): a word whose pieces cover only white space or no
-    character at all, as byte-level BPE makes of a trailing or doubled space (a lone "Ġ") and of
-    tabs and line breaks. Such a word had a row of its own with an empty text and took a share of
-    the review's score (0.2 to 0.5 of rollout's on a RoBERTa review with line breaks). WordPiece
-    makes none: the ids come back as they were. ``offsets``: each token's (start, end) in ``text``."""
-    n = len(word_ids)
-    if not n:
-        return word_ids
-    ids = np.fromiter((-1 if w is None else w for w in word_ids), dtype=np.int64, count=n)
+def blank_tokens(offsets, text: str) -> np.ndarray | None:
+    """(tokens,) bool: the tokens whose ``offsets`` in ``text`` cover no character but white space
+    (none at all, as byte-level BPE's lone "Ġ" of a trailing or doubled space; tabs, line breaks).
+    None for a text no encoder takes (a lone surrogate: screening refuses it anyway)."""
     try:
         points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)  # (characters,)
-    except UnicodeEncodeError:  # a lone surrogate: screening refuses the text anyway
-        return word_ids
+    except UnicodeEncodeError:
+        return None
     solid = np.concatenate([[0], np.cumsum(~np.isin(points, SPACES))])  # non-space characters before each
-    spans = np.clip(np.asarray(offsets, dtype=np.int64).reshape(n, 2), 0, len(points))  # (n, 2)
-    shows = solid[spans[:, 1]] - solid[spans[:, 0]] > 0  # (n,) a token covering a visible character
+    spans = np.clip(np.asarray(offsets, dtype=np.int64).reshape(-1, 2), 0, len(points))  # (tokens, 2)
+    return solid[spans[:, 1]] - solid[spans[:, 0]] == 0
+
+
+def join_blank_words(word_ids: list, blank) -> list:
+    """``word_ids`` with each word whose tokens are all ``blank`` joined to the next word that shows
+    something (the one before, where none follows): such a word had a row of its own with an empty
+    text and took a share of the review's score (0.2 to 0.5 of rollout's on a RoBERTa review with
+    line breaks). Where every word is blank, or none is, the ids come back as they were."""
+    n = len(word_ids)
+    if not n or blank is None:
+        return word_ids
+    ids = np.fromiter((-1 if w is None else w for w in word_ids), dtype=np.int64, count=n)
     worded = ids >= 0
     if not worded.any():
         return word_ids
     size = int(ids.max()) + 1
     present = np.bincount(ids[worded], minlength=size) > 0  # (words,)
-    visible = np.bincount(ids[worded & shows], minlength=size) > 0
+    visible = np.bincount(ids[worded & ~np.asarray(blank, dtype=bool)], minlength=size) > 0
     if not (present & ~visible).any() or not visible.any():
         return word_ids
     seen = np.flatnonzero(visible)
@@ -53,6 +57,11 @@ def visible_word_ids(word_ids: list, offsets, text: str) -> list:
     target = seen[np.minimum(after, len(seen) - 1)]  # past the last one: the last visible word
     joined = np.where(worded, target[np.maximum(ids, 0)], -1)
     return [None if w < 0 else int(w) for w in joined]
+
+
+def visible_word_ids(word_ids: list, offsets, text: str) -> list:
+    """``join_blank_words`` of the tokens ``blank_tokens`` finds in ``text``."""
+    return join_blank_words(word_ids, blank_tokens(offsets, text)) if len(word_ids) else word_ids
 
 
 def word_index(word_ids: list) -> tuple[np.ndarray, int]:

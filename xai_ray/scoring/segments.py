@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xai_ray.words import visible_word_ids
+from xai_ray.words import blank_tokens, join_blank_words, visible_word_ids
 
 INPUT_FILE = "xai_ray_input.json"  # written by `xai-ray finetune` into the model folder
 
@@ -68,6 +68,7 @@ class Segments:
     inputs: list[list[int]]  # model input ids per window, special tokens included
     content_at: list[int]  # per window: position of its first content token in its input
     truncated: bool
+    blank: np.ndarray | None = None  # (content tokens,) those showing only white space, where a tokenizer makes them
 
 
 def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
@@ -88,10 +89,28 @@ def plan(tokenizer, text: str, max_length: int, mode: str, stride: int | None = 
     """Cut ``text`` into model inputs of at most ``max_length`` tokens by ``mode`` (see module doc)."""
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     offsets = [tuple(o) for o in encoded["offset_mapping"]]
-    word_ids = encoded.word_ids()
-    if makes_blank_words(tokenizer):  # a white-space piece joins a word
-        word_ids = visible_word_ids(word_ids, offsets, text)
-    return cut(list(encoded["input_ids"]), offsets, word_ids, special_tokens(tokenizer), max_length, mode, stride)
+    text = text if makes_blank_words(tokenizer) else None
+    return _cut(
+        list(encoded["input_ids"]),
+        offsets,
+        encoded.word_ids(),
+        text,
+        special_tokens(tokenizer),
+        max_length,
+        mode,
+        stride,
+    )
+
+
+def _cut(ids, offsets, word_ids, text, specials, max_length, mode, stride) -> Segments:
+    """``cut``, a word of white-space pieces joined to a word first where ``text`` is given (the
+    tokenizer makes such words): then the cut is kept, to join them again within what is kept."""
+    if text is None:
+        return cut(ids, offsets, word_ids, specials, max_length, mode, stride)
+    blank = blank_tokens(offsets, text)
+    seg = cut(ids, offsets, join_blank_words(word_ids, blank), specials, max_length, mode, stride)
+    seg.blank = blank
+    return seg
 
 
 def makes_blank_words(tokenizer) -> bool:
@@ -133,10 +152,9 @@ def plan_batch(
 def _cut_or_error(encoding, text, specials, max_length, mode, stride) -> Segments | Exception:
     """``text``: the review, where the tokenizer makes words of white space alone (else None)."""
     try:
-        offsets, word_ids = list(encoding.offsets), encoding.word_ids
-        if text is not None:  # a white-space piece joins a word
-            word_ids = visible_word_ids(word_ids, offsets, text)
-        return cut(list(encoding.ids), offsets, word_ids, specials, max_length, mode, stride)
+        return _cut(
+            list(encoding.ids), list(encoding.offsets), encoding.word_ids, text, specials, max_length, mode, stride
+        )
     except Exception as err:  # this text's error alone: the caller records it as its row
         return err
 
@@ -268,8 +286,16 @@ def merge_index(seg: Segments, special_before: int, special_after: int) -> tuple
 
 
 def merged_layout(seg: Segments, special_before: int, special_after: int) -> tuple[list, list, list]:
-    """The merged document's (word ids, offsets, input ids): special tokens around the kept content."""
-    word_ids = [None] * special_before + [seg.word_ids[p] for p in seg.kept] + [None] * special_after
+    """The merged document's (word ids, offsets, input ids): special tokens around the kept content.
+    Where the cut kept white-space pieces of a word it left out (a line break just before the cut,
+    joined to the word past it), they join a word of their own part of what is kept."""
+    kept = [seg.word_ids[p] for p in seg.kept]
+    if seg.blank is not None and seg.truncated:
+        runs = np.split(np.arange(len(seg.kept)), np.flatnonzero(np.diff(seg.kept) != 1) + 1)  # head_tail: two
+        kept = [
+            w for run in runs for w in join_blank_words([kept[i] for i in run], seg.blank[np.asarray(seg.kept)[run]])
+        ]
+    word_ids = [None] * special_before + kept + [None] * special_after
     offsets = [(0, 0)] * special_before + [seg.offsets[p] for p in seg.kept] + [(0, 0)] * special_after
     first = seg.inputs[0]
     ids = first[:special_before] + [seg.ids[p] for p in seg.kept] + first[len(first) - special_after :]
