@@ -353,18 +353,21 @@ def test_topk_explorer_has_controls_and_a_readable_default(top):
     assert {"pick_method", "pick_layer", "pick_class", "pick_min"} <= {s["name"] for s in vega["signals"]}
 
 
+CONTRAST = pd.DataFrame(
+    {
+        "side": ["positive", "negative"],
+        "word": ["great", "awful"],
+        "difference": [0.2, -0.3],
+        "mean_pos": [0.3, 0.1],
+        "mean_neg": [0.1, 0.4],
+        "occurrences_pos": [5, 6],
+        "occurrences_neg": [4, 7],
+    }
+)
+
+
 def test_contrast_bars_diverge_by_side():
-    frame = pd.DataFrame(
-        {
-            "side": ["positive", "negative"],
-            "word": ["great", "awful"],
-            "difference": [0.2, -0.3],
-            "mean_pos": [0.3, 0.1],
-            "mean_neg": [0.1, 0.4],
-            "occurrences_pos": [5, 6],
-            "occurrences_neg": [4, 7],
-        }
-    )
+    frame = CONTRAST
     spec = charts.contrast_bars(frame, "positive", "negative", "contrast").to_dict()
     assert spec["mark"]["type"] == "bar" and fields(spec)["x"] == ("difference", "quantitative")
     assert encoding(spec)["y"]["sort"] == ["great", "awful"]
@@ -377,18 +380,7 @@ def test_contrast_bars_draw_any_class_names(names):
     """The legend named the classes in a labelExpr: "if" emptied the chart ("Unrecognized signal
     name"), "constructor" and "__proto__" lost their labels, a name ending in a backslash broke the
     tooltip's expression, and the image export failed with a traceback."""
-    frame = pd.DataFrame(
-        {
-            "side": ["positive", "negative"],
-            "word": ["great", "awful"],
-            "difference": [0.2, -0.3],
-            "mean_pos": [0.3, 0.1],
-            "mean_neg": [0.1, 0.4],
-            "occurrences_pos": [5, 6],
-            "occurrences_neg": [4, 7],
-        }
-    )
-    chart = charts.contrast_bars(frame, *names, "contrast")
+    chart = charts.contrast_bars(CONTRAST, *names, "contrast")
     assert "labelExpr" not in json.dumps(chart.to_dict())
     import html
 
