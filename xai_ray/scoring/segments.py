@@ -68,7 +68,9 @@ class Segments:
     inputs: list[list[int]]  # model input ids per window, special tokens included
     content_at: list[int]  # per window: position of its first content token in its input
     truncated: bool
-    blank: np.ndarray | None = None  # (content tokens,) those showing only white space, where a tokenizer makes them
+    blank: bytes | None = (
+        None  # per content token, whether it shows only white space (bool bytes), where a tokenizer makes such
+    )
 
 
 def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
@@ -109,7 +111,7 @@ def _cut(ids, offsets, word_ids, text, specials, max_length, mode, stride) -> Se
         return cut(ids, offsets, word_ids, specials, max_length, mode, stride)
     blank = blank_tokens(offsets, text)
     seg = cut(ids, offsets, join_blank_words(word_ids, blank), specials, max_length, mode, stride)
-    seg.blank = blank
+    seg.blank = None if blank is None else blank.tobytes()  # bytes: plans compare as values
     return seg
 
 
@@ -291,10 +293,9 @@ def merged_layout(seg: Segments, special_before: int, special_after: int) -> tup
     joined to the word past it), they join a word of their own part of what is kept."""
     kept = [seg.word_ids[p] for p in seg.kept]
     if seg.blank is not None and seg.truncated:
+        blank = np.frombuffer(seg.blank, dtype=bool)[np.asarray(seg.kept)]  # (kept,)
         runs = np.split(np.arange(len(seg.kept)), np.flatnonzero(np.diff(seg.kept) != 1) + 1)  # head_tail: two
-        kept = [
-            w for run in runs for w in join_blank_words([kept[i] for i in run], seg.blank[np.asarray(seg.kept)[run]])
-        ]
+        kept = [w for run in runs for w in join_blank_words([kept[i] for i in run], blank[run])]
     word_ids = [None] * special_before + kept + [None] * special_after
     offsets = [(0, 0)] * special_before + [seg.offsets[p] for p in seg.kept] + [(0, 0)] * special_after
     first = seg.inputs[0]
