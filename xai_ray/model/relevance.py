@@ -90,10 +90,15 @@ def _embedding_norm(model):
 
 
 def _identity_rule(module, args, output):
-    x = args[0]
+    return _held(args[0], output)
+
+
+def _held(x, fx):
+    """x * (f(x) / x) with the ratio detached (0 where x is 0): f(x) in the forward; the relevance
+    of f(x) passes to x whole."""
     zero = x == 0
-    ratio = torch.where(zero, torch.zeros_like(x), output / torch.where(zero, torch.ones_like(x), x))
-    return x * ratio.detach()  # = f(x) in the forward; relevance of f(x) passes to x whole
+    ratio = torch.where(zero, torch.zeros_like(x), fx / torch.where(zero, torch.ones_like(x), x))
+    return x * ratio.detach()
 
 
 def _is_activation(module) -> bool:
@@ -121,9 +126,7 @@ def _bare_activation(dense, out_proj) -> list:
         z, fz = seen.pop("z", None), args[0]
         if z is None or z.shape != fz.shape:  # not the head this was made for: leave it
             return None
-        zero = z == 0
-        ratio = torch.where(zero, torch.zeros_like(z), fz / torch.where(zero, torch.ones_like(z), z))
-        return (z * ratio.detach(), *args[1:])
+        return (_held(z, fz), *args[1:])
 
     return [dense.register_forward_hook(keep), out_proj.register_forward_pre_hook(rule)]
 
