@@ -41,6 +41,8 @@ def test_precedence_defaults_yaml_flags_set(tmp_path):
         (["discard_ratio=1.5"], "discard_ratio must be in [0, 1)"),
         (["max_length=2"], "max_length"),
         (["run_id=../escape"], "run_id"),
+        (["run_id=-x"], "must not start with '-'"),
+        (["run_id=.hidden"], "must not start with '-' or '.'"),
         (["nonsense"], "--set expects key=value"),
     ],
 )

@@ -139,7 +139,10 @@ class RunConfig(CorpusSource):
                 "--evaluate perturbs one model input per review; use it with long_text head or head_tail, not window"
             )
         if self.run_id is not None and not _safe_name(self.run_id):
-            raise ConfigError(f"run_id {self.run_id!r} may hold only letters, digits, '-', '_' and '.'")
+            raise ConfigError(
+                f"run_id {self.run_id!r} may hold only letters, digits, '-', '_' and '.', and must not start with"
+                " '-' or '.' (a command line would read it as a flag, a folder listing would hide it)"
+            )
         if self.run_id is not None and len(self.run_id.encode()) > MAX_RUN_ID:  # a folder name holds 255 bytes
             raise ConfigError(
                 f"run_id is {len(self.run_id.encode())} bytes long; at most {MAX_RUN_ID} fit a folder name"
@@ -282,7 +285,7 @@ MAX_RUN_ID = 200  # "run_id=<id>" and "<id>.tmp"-style names must fit in 255 byt
 
 
 def _safe_name(text: str) -> bool:
-    return bool(text) and all(c.isalnum() or c in "-_." for c in text) and not text.startswith(".")
+    return bool(text) and all(c.isalnum() or c in "-_." for c in text) and text[0] not in ".-"
 
 
 FIELD_NAMES = tuple(f.name for f in fields(RunConfig))
