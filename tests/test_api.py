@@ -175,6 +175,20 @@ def test_topk_arguments_are_checked_under_their_own_names(api_run, given, says):
     assert "--" not in str(caught.value)
 
 
+@pytest.mark.parametrize("given", [{"store": "somewhere"}, {"evaluate": True}, {"data": "x.parquet", "limit": 3}])
+def test_explain_refuses_run_settings_it_would_drop(given):
+    with pytest.raises(ConfigError, match="does not take") as caught:
+        xai_ray.explain("a fine film", model="minilm", **given)
+    assert all(key in str(caught.value) for key in given)
+
+
+def test_explain_takes_what_a_page_is_scored_with():
+    from xai_ray.api import EXPLAIN_OPTIONS
+    from xai_ray.report.explain import page_options
+
+    assert set(EXPLAIN_OPTIONS) == set(page_options(resolve(None, {})))
+
+
 def test_explain_renders_inline_with_word_scores(tiny_bert_dir):
     review = xai_ray.explain(
         "<b>The film</b> was unbelievable", model=tiny_bert_dir, methods=["raw", "rollout"], max_length=32

@@ -397,6 +397,22 @@ class Explanation:
         return iframe(self.page, self.height)
 
 
+# What of a run's settings a page is scored with beyond model, methods and max_length
+# (``report.explain.page_options``): every other keyword is refused.
+EXPLAIN_OPTIONS = (
+    "residual",
+    "head_fusion",
+    "discard_ratio",
+    "start_layer",
+    "target",
+    "ig_steps",
+    "long_text",
+    "window_stride",
+    "allow_pickle",
+    "trust_remote_code",
+)
+
+
 def explain(
     text: str, model: str = "minilm", methods="raw,rollout,flow", max_length: int | None = None, **options
 ) -> Explanation:
@@ -406,6 +422,12 @@ def explain(
 
     if not isinstance(text, str):
         raise ConfigError(f"the text to explain must be a string, got {type(text).__name__}")
+    unused = sorted(set(options) - set(EXPLAIN_OPTIONS))
+    if unused:  # store=, evaluate=, data= ... were taken by the config and dropped without a word
+        raise ConfigError(
+            f"explain scores one text and does not take {', '.join(unused)}; it takes {', '.join(EXPLAIN_OPTIONS)}"
+            " (a stored review: xai-ray explain --store STORE --doc-id ID)"
+        )
     length = explain_module.DEFAULT_MAX_LENGTH if max_length is None else max_length
     cfg = config_module.resolve(None, {"model": model, "methods": _names(methods), "max_length": length, **options})
     options = explain_module.page_options(cfg)  # the cut, the class explained and the safety flags too
