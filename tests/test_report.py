@@ -134,6 +134,16 @@ def test_highlight_html_keeps_gaps_escapes_words_and_shades_by_score():
     assert "<b>" not in got
 
 
+def test_highlight_html_shows_control_characters_as_pictures():
+    text = "bad\x00movie \x1b[2Jok\x7f\x85 end\tnow\n"
+    words = pd.DataFrame({"word": ["bad\x00movie", "\x1b[2Jok\x7f\x85", "end", "now"], "score": [1.0, 0.5, 0.2, 0.1]})
+    got = highlight_html(text, words)
+    assert ">bad\u2400movie</span>" in got  # NUL: a browser would drop it and join the words
+    assert ">\u241b[2Jok\u2421\\x85</span>" in got  # ESC, DEL, a C1 control
+    assert "end</span>\t<span" in got  # tabs and line breaks stay text
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", got)
+
+
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tiny-report")

@@ -25,7 +25,7 @@ import pandas as pd
 from xai_ray.config import ConfigError, RunConfig
 from xai_ray.methods.head_summary import STATISTICS
 from xai_ray.report import charts, head_charts
-from xai_ray.report.blocks import number
+from xai_ray.report.blocks import number, text_html
 from xai_ray.report.outputs import check_target, script_json, write_page
 from xai_ray.report.sections import _curves, highlight_html
 from xai_ray.terminal import undecodable
@@ -285,13 +285,13 @@ def build_page(
         ("Layers x heads", f"{n_layers} x {n_heads}"),
         ("Source", source or "text given on the command line"),
     ]
-    table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts)
+    table = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{text_html(str(v))}</td></tr>" for k, v in facts)
     bundle = vl_convert.javascript_bundle(vl_version=charts.vega_lite_version())
     embeds = "\n".join(
         f"vegaEmbed('#chart-{i}', {script_json(charts.spec(c))}, {{actions: false, renderer: 'svg'}}).catch(showError);"
         for i, c in enumerate(charts_)
     )
-    title = html.escape(f"xai-ray explain: {row['doc_id']}")
+    title = text_html(f"xai-ray explain: {row['doc_id']}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data:">

@@ -5,7 +5,8 @@ later version adds), so the report of any run is valid. A new section (head stat
 faithfulness, nightly trends) is one more function here, its name in ``BUILDERS`` and in
 ``reports/default.yaml``; ``has_relation`` tells whether its view or table exists.
 Builders run DuckDB aggregates (``sql/report_*.sql``) and hand small DataFrames to ``charts``;
-text from the data reaches HTML only through ``html.escape``.
+text from the data reaches HTML only through ``html.escape`` (review text and facts through
+``blocks.text_html``, which also shows control characters as their control pictures).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from xai_ray.report import charts
-from xai_ray.report.blocks import Fragment, Section, number, percent
+from xai_ray.report.blocks import Fragment, Section, number, percent, text_html
 from xai_ray.report.changes import since_last_night
 from xai_ray.report.context import Context
 from xai_ray.report.definition import SECTIONS
@@ -51,7 +52,7 @@ def summary(ctx: Context) -> Section:
         ("Total, s", timings.get("total_s")),
         ("Docs/s", timings.get("docs_per_s")),
     ]
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fact(v))}</td></tr>" for k, v in facts)
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{text_html(_fact(v))}</td></tr>" for k, v in facts)
     section = Section("summary", "Run summary", items=[Fragment(f"<table class='facts'>{rows}</table>")])
     confusion = ctx.query("confusion")
     if not confusion.empty:
@@ -215,7 +216,7 @@ def highlights(ctx: Context) -> Section | None:
             columns.append(f"<div class='hl'><h4>{html.escape(method)}, layer {layer}</h4><p>{body}</p></div>")
         items.append(
             Fragment(
-                f"<div class='example'><h3>{html.escape(_example_title(ctx, example))}</h3>"
+                f"<div class='example'><h3>{text_html(_example_title(ctx, example))}</h3>"
                 f"<div class='hl-grid'>{''.join(columns)}</div></div>"
             )
         )
@@ -241,16 +242,16 @@ def highlight_html(text: str, words: pd.DataFrame) -> str:
         word = word or ""
         at = text.find(word, cursor) if word else -1
         if at >= 0:
-            pieces.append(html.escape(text[cursor:at]))
+            pieces.append(text_html(text[cursor:at]))
             cursor = at + len(word)
         else:
             pieces.append(" ")
         level = 0 if pd.isna(score) or not top > 0 else min(SHADES - 1, int(score / top * SHADES))
-        pieces.append(f"<span class='w{level}' title='{number(score, '.4f')}'>{html.escape(word)}</span>")
+        pieces.append(f"<span class='w{level}' title='{number(score, '.4f')}'>{text_html(word)}</span>")
     rest = text[cursor:]
     if rest.strip():
         more = "…" if len(rest) > TAIL_CHARS else ""
-        pieces.append(f"<span class='cut'>{html.escape(rest[:TAIL_CHARS])}{more}</span>")
+        pieces.append(f"<span class='cut'>{text_html(rest[:TAIL_CHARS])}{more}</span>")
     return "".join(pieces)
 
 
