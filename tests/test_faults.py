@@ -343,7 +343,7 @@ def publish_batches(root, batches, **manifest):
 def test_a_stray_copy_of_a_part_is_not_read_as_more_rows(tmp_path, batches):
     """A file manager's "part-0 (copy).parquet" beside the parts: no record names it, so the views
     leave it out (it counted every document and token of that part twice); a run copied without
-    its records is still read whole."""
+    its records is read whole, and refused when its docs files hold more than its manifest counts."""
     import shutil
 
     run = publish_batches(tmp_path, batches)
@@ -355,9 +355,19 @@ def test_a_stray_copy_of_a_part_is_not_read_as_more_rows(tmp_path, batches):
     for folder in ("docs", "token_scores"):  # a copy under a name a writer gives, with no record
         shutil.copy(run / folder / "part-0.parquet", run / folder / "part-1.parquet")
     assert open_store(tmp_path).execute(count).fetchone() == before
+    records = tmp_path / "records"
+    shutil.copytree(run / "_parts", records)
     shutil.rmtree(run / "_parts")  # no records: every file under a part's name is the run's
-    doubled = open_store(tmp_path).execute(count).fetchone()
-    assert doubled == tuple(2 * n for n in before)
+    with pytest.raises(QueryError, match=r"run 'r' has no part records \(_parts\).* hold \d+ documents where"):
+        open_store(tmp_path)  # it read every document of part-0 twice
+    for folder in ("docs", "token_scores"):
+        (run / folder / "part-1.parquet").unlink()
+    assert open_store(tmp_path).execute(count).fetchone() == before  # without the copy: read whole again
+    shutil.copytree(records, run / "_parts")
+    first = sorted((run / "_parts").glob("part-*.json"))[0]
+    shutil.copy(first, run / "_parts" / "part-copied.json")  # a record copied in: its documents counted twice
+    with pytest.raises(QueryError, match=r"the part records in _parts hold \d+ documents where its manifest counts"):
+        open_store(tmp_path)
 
 
 def test_a_damaged_kept_aggregate_is_computed_again(tmp_path):

@@ -91,7 +91,36 @@ def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, 
             "manifest counts (a record is missing, and its part's rows would be left out); restore the run "
             f"folder from a copy, or delete it ({run}) and run it again"
         )
+    if found and counted is not None and type(docs) is int and counted > docs:
+        raise QueryError(
+            f"run {name!r} is damaged: the part records in {PARTS} hold {counted} documents where its manifest "
+            f"counts {docs} (a record and its files copied in from elsewhere would be read as this run's); "
+            f"restore the run folder from a copy, or delete it ({run}) and run it again"
+        )
+    if not found and type(docs) is int:
+        _check_unrecorded_docs(run, name, docs)
     return found
+
+
+def _check_unrecorded_docs(run: Path, name: str, docs: int) -> None:
+    """A run without part records (copied without ``_parts``) is read whole: refuse it when its
+    docs files under part names hold another count of documents than its manifest, as a copy of a
+    part under a writer's name (``part-1.parquet`` beside ``part-0.parquet``) would be read twice."""
+    held = 0
+    for file in sorted((run / "docs").glob("part-*.parquet")):
+        if not PART_NAME.fullmatch(file.name):
+            continue
+        try:
+            held += pq.read_metadata(file).num_rows
+        except (OSError, pa.ArrowException):
+            return  # the views' own read names a damaged file
+    if held != docs:
+        raise QueryError(
+            f"run {name!r} has no part records ({PARTS}), so every file under a part's name is read, and its docs "
+            f"files hold {held} documents where its manifest counts {docs} (a copy of a part would be read as "
+            f"more of the run); remove the copies, restore {PARTS} from a copy of the run, or delete it ({run}) "
+            "and run it again"
+        )
 
 
 def _foreign_file(run: Path, record: dict, docs: int | None, described) -> tuple[str, str] | None:
