@@ -296,6 +296,26 @@ def test_a_word_that_shows_nothing_joins_the_next_word_or_the_one_before_at_the_
     assert visible_word_ids([None, 0, None], [(0, 0), (0, 1), (0, 0)], "a") == [None, 0, None]  # specials stay
 
 
+def test_a_word_of_combining_marks_joins_the_word_before_it():
+    """Byte-level BPE's pre-tokenizer makes the U+0301 of a decomposed "cafe\u0301" a word of its own."""
+    from xai_ray.words import visible_word_ids
+
+    text = "cafe\u0301 ok"
+    assert visible_word_ids([0, 1, 2], [(0, 4), (4, 5), (6, 8)], text) == [0, 0, 2]
+    assert visible_word_ids([0, 1], [(0, 1), (1, 3)], "\u0301ok") == [1, 1]  # none before: the next word
+    # a mark after a line break has no letter of its own: it joins the next word, as the break does
+    assert visible_word_ids([0, 1, 2, 3], [(0, 2), (2, 3), (3, 4), (4, 6)], "ab\n\u0301cd") == [0, 3, 3, 3]
+    assert visible_word_ids([0, 1], [(0, 1), (1, 2)], "\u00e9\u00e8") == [0, 1]  # composed letters are shown
+
+
+def test_a_roberta_review_with_a_decomposed_accent_keeps_it_on_its_word(scorer_factory):
+    rows = scorer_factory("roberta")({"doc_id": ["a"], "text": ["the cafe\u0301 was good"], "label": [1]})
+    words = rows.column("words").to_pylist()[0]
+    assert "cafe\u0301" in words and "\u0301" not in words, words
+    shares = np.asarray(rows.column("word_scores_rollout").to_pylist()[0]).reshape(-1, len(words))
+    np.testing.assert_allclose(shares.sum(axis=1), 1.0, atol=1e-5)
+
+
 def test_a_roberta_review_with_line_breaks_has_no_empty_words(scorer_factory):
     rows = scorer_factory("roberta")(
         {"doc_id": ["a", "b"], "text": ["good\t\tbad\n\n\nfilm", "the film was good "], "label": [1, 0]}

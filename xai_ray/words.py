@@ -22,39 +22,63 @@ TAIL = re.compile(r"['\u2019]\w+")  # a byte-level BPE piece such as 't or 's
 SPACES = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)
 
 
+# What a token's offsets cover (``blank_tokens``): something to show, white space alone, or
+# combining marks (with or without white space) and no base character.
+SHOWN, BLANK, MARK = 0, 1, 2
+
+
 def blank_tokens(offsets, text: str) -> np.ndarray | None:
-    """(tokens,) bool: the tokens whose ``offsets`` in ``text`` cover no character but white space
-    (none at all, as byte-level BPE's lone "Ġ" of a trailing or doubled space; tabs, line breaks).
-    None for a text no encoder takes (a lone surrogate: screening refuses it anyway)."""
+    """(tokens,) uint8, per token of ``text``: BLANK where its ``offsets`` cover no character but
+    white space (none at all, as byte-level BPE's lone "Ġ" of a trailing or doubled space; tabs,
+    line breaks), MARK where they cover combining marks and nothing else but white space (byte-level
+    BPE makes the U+0301 of a decomposed ``café`` a word of its own), else SHOWN. None for a text no
+    encoder takes (a lone surrogate: screening refuses it anyway)."""
     try:
         points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)  # (characters,)
     except UnicodeEncodeError:
         return None
-    solid = np.concatenate([[0], np.cumsum(~np.isin(points, SPACES))])  # non-space characters before each
+    space = np.isin(points, SPACES)  # (characters,)
     spans = np.clip(np.asarray(offsets, dtype=np.int64).reshape(-1, 2), 0, len(points))  # (tokens, 2)
-    return solid[spans[:, 1]] - solid[spans[:, 0]] == 0
+    solid = np.concatenate([[0], np.cumsum(~space)])  # non-space characters before each
+    kinds = np.where(solid[spans[:, 1]] - solid[spans[:, 0]] == 0, BLANK, SHOWN).astype(np.uint8)
+    if not text.isascii():
+        mark = np.zeros(len(points), dtype=bool)
+        wide = np.flatnonzero(points >= 0x300)  # no combining mark comes before U+0300
+        mark[wide] = [unicodedata.category(chr(c)).startswith("M") for c in points[wide]]
+        base = np.concatenate([[0], np.cumsum(~space & ~mark)])  # characters neither space nor mark before each
+        only_marks = (base[spans[:, 1]] - base[spans[:, 0]] == 0) & (kinds == SHOWN)
+        kinds[only_marks] = MARK
+    return kinds
 
 
 def join_blank_words(word_ids: list, blank) -> list:
-    """``word_ids`` with each word whose tokens are all ``blank`` joined to the next word that shows
-    something (the one before, where none follows): such a word had a row of its own with an empty
-    text and took a share of the review's score (0.2 to 0.5 of rollout's on a RoBERTa review with
-    line breaks). Where every word is blank, or none is, the ids come back as they were."""
+    """``word_ids`` with each word whose tokens are all ``blank`` (``blank_tokens``: white space,
+    or bool True) joined to the next word that shows something (the one before, where none follows),
+    and each word of combining marks right after a word that shows something to that word: such
+    a word had a row of its own with an empty text, or a lone accent, and took a share of the
+    review's score (0.2 to 0.5 of rollout's on a RoBERTa review with line breaks). Where every word
+    is blank, or none is, the ids come back as they were."""
     n = len(word_ids)
     if not n or blank is None:
         return word_ids
+    kinds = np.asarray(blank, dtype=np.uint8)  # (tokens,): bool True reads as BLANK
     ids = np.fromiter((-1 if w is None else w for w in word_ids), dtype=np.int64, count=n)
     worded = ids >= 0
     if not worded.any():
         return word_ids
     size = int(ids.max()) + 1
     present = np.bincount(ids[worded], minlength=size) > 0  # (words,)
-    visible = np.bincount(ids[worded & ~np.asarray(blank, dtype=bool)], minlength=size) > 0
+    visible = np.bincount(ids[worded & (kinds == SHOWN)], minlength=size) > 0
     if not (present & ~visible).any() or not visible.any():
         return word_ids
+    marked = np.bincount(ids[worded & (kinds == MARK)], minlength=size) > 0  # a word with a mark, nothing shown
     seen = np.flatnonzero(visible)
-    after = np.searchsorted(seen, np.arange(size))  # the first visible word at or after each word
-    target = seen[np.minimum(after, len(seen) - 1)]  # past the last one: the last visible word
+    words = np.arange(size)
+    after = np.searchsorted(seen, words)  # the first visible word at or after each, len(seen) where none
+    target = seen[np.minimum(after, len(seen) - 1)]  # past the last visible word: that word
+    # marks right after a word that shows something are that word's (a mark after a line break is not)
+    mark_on = marked & np.concatenate([[False], visible[:-1]])
+    target = np.where(mark_on, words - 1, target)
     joined = np.where(worded, target[np.maximum(ids, 0)], -1)
     return [None if w < 0 else int(w) for w in joined]
 

@@ -69,7 +69,7 @@ class Segments:
     content_at: list[int]  # per window: position of its first content token in its input
     truncated: bool
     blank: bytes | None = (
-        None  # per content token, whether it shows only white space (bool bytes), where a tokenizer makes such
+        None  # per content token, words.blank_tokens' kind (uint8 bytes), where a tokenizer makes such words
     )
 
 
@@ -293,7 +293,7 @@ def merged_layout(seg: Segments, special_before: int, special_after: int) -> tup
     joined to the word past it), they join a word of their own part of what is kept."""
     kept = [seg.word_ids[p] for p in seg.kept]
     if seg.blank is not None and seg.truncated:
-        blank = np.frombuffer(seg.blank, dtype=bool)[np.asarray(seg.kept)]  # (kept,)
+        blank = np.frombuffer(seg.blank, dtype=np.uint8)[np.asarray(seg.kept)]  # (kept,)
         runs = np.split(np.arange(len(seg.kept)), np.flatnonzero(np.diff(seg.kept) != 1) + 1)  # head_tail: two
         kept = [w for run in runs for w in join_blank_words([kept[i] for i in run], blank[run])]
     word_ids = [None] * special_before + kept + [None] * special_after
