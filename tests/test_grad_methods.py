@@ -225,6 +225,53 @@ def test_integrated_gradients_completeness_tightens_with_steps(models, family, r
     assert totals == sorted(totals, reverse=True) and totals[-1] < totals[0] / 100, totals
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_refined_path_meets_its_tolerance_and_nears_many_nodes(models, family):
+    """With a tolerance, an interval of the path whose attributions miss f(b) - f(a) by more than
+    tolerance x its length is split, the worst first, until a document's errors add up to at most
+    the tolerance or its splits run out. 3 nodes over the whole path miss by 0.03 to 12 on these
+    sharp tiny models; refined, no document misses by more than before, the misses fall 50-fold,
+    and on BERT and RoBERTa every document is within the tolerance (DistilBERT's path is sharp
+    enough that 256 plain nodes still miss by 0.02). The refined attributions near the plain
+    loop's at 64 nodes (float64, one point at a time)."""
+    eager, model, tokenizer = models[family]
+    encoding = encode(tokenizer, TEXTS)
+    ids, mask, targets = encoding["input_ids"], encoding["attention_mask"], [0, 1, 1, 0]
+
+    def errors(found, f_input, f_baseline):
+        return np.array([completeness_error(found[b], f_input[b], f_baseline[b]) for b in range(len(TEXTS))])
+
+    coarse = integrated_gradients(model, ids, mask, targets, 3)
+    refined = integrated_gradients(model, ids, mask, targets, 3, rows_per_pass=7, tolerance=0.01, max_splits=16)
+    assert errors(*coarse).sum() > 1.0, errors(*coarse)  # else refining proves nothing
+    assert (errors(*refined) <= errors(*coarse) + 1e-6).all()
+    assert errors(*refined).sum() < errors(*coarse).sum() / 50, (errors(*refined), errors(*coarse))
+    np.testing.assert_allclose(refined[1], coarse[1], rtol=1e-5)  # f(input), f(baseline): other batches only
+    np.testing.assert_allclose(refined[2], coarse[2], rtol=1e-5)
+    if family == "distilbert":
+        return
+    assert (errors(*refined) <= 0.01).all(), errors(*refined)
+    for b, n in enumerate(mask.sum(dim=1).tolist()):
+        alone = {k: v[b : b + 1, :n] for k, v in encoding.items()}
+        reference = plain_integrated_gradients(eager, alone, targets[b], 64)  # float64
+        coarse_gap = np.abs(coarse[0][b, :n] - reference).max()
+        assert np.abs(refined[0][b, :n] - reference).max() <= max(coarse_gap, 0.02 * np.abs(reference).max())
+        # the tolerance bounds the sum over tokens; a token's own error may be larger, in part cancelled
+        np.testing.assert_allclose(refined[0][b, :n], reference, atol=0.05 * np.abs(reference).max())
+        assert not refined[0][b, n:].any()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_refined_path_is_the_plain_one_where_nothing_needs_refining(models, family):
+    """A tolerance no interval exceeds splits nothing: the same nodes, the same attributions."""
+    _, model, tokenizer = models[family]
+    encoding = encode(tokenizer, TEXTS)
+    ids, mask, targets = encoding["input_ids"], encoding["attention_mask"], [1, 0, 1, 0]
+    plain = integrated_gradients(model, ids, mask, targets, 6)
+    loose = integrated_gradients(model, ids, mask, targets, 6, tolerance=1e9)
+    np.testing.assert_allclose(loose[0], plain[0], rtol=1e-6, atol=1e-7)
+
+
 def test_path_points_are_gauss_legendre_by_default():
     alphas, weights = path_points(2)  # nodes 1/2 -+ 1/(2 sqrt 3), weights 1/2: exact to degree 3
     np.testing.assert_allclose(alphas, [0.5 - 0.5 / np.sqrt(3), 0.5 + 0.5 / np.sqrt(3)])

@@ -35,6 +35,10 @@ def test_target_option_is_checked():
             resolve(None, {}, [bad])
     with pytest.raises(ConfigError, match="ig_steps"):
         resolve(None, {}, ["ig_steps=0"])
+    assert resolve(None, {}, []).ig_tolerance == 0.01 and resolve(None, {}, ["ig_tolerance=0"]).ig_tolerance == 0.0
+    for bad in ("ig_tolerance=-0.1", "ig_tolerance=false", "ig_tolerance=inf"):
+        with pytest.raises(ConfigError, match="ig_tolerance"):
+            resolve(None, {}, [bad])
     labels = {0: "negative", 1: "positive"}
     assert resolve_target("pred", labels) == "pred" and resolve_target("label", labels) == "label"
     assert resolve_target(1, labels) == 1 and resolve_target("1", labels) == 1
@@ -184,6 +188,15 @@ def test_nightly_knows_a_document_only_under_the_same_target(tiny_bert_dir):
     from xai_ray.ops.night_key import manifest_key, scoring_key, target_key
 
     assert target_key(("raw", "rollout"), "pred", 20) == {}  # runs of attention methods match older runs
+    # a refined path gives other scores; a run saved before the tolerance existed never refined
+    assert target_key(("integrated_gradients",), "pred", 20, 0.01) == {
+        "target": "pred",
+        "ig_steps": 20,
+        "ig_tolerance": 0.01,
+    }
+    assert target_key(("integrated_gradients",), "pred", 20, 0.0) == {"target": "pred", "ig_steps": 20}
+    older = {"config": {"model": tiny_bert_dir, "methods": ["integrated_gradients"]}, "model": {"fingerprint": "f"}}
+    assert "ig_tolerance" not in manifest_key(older)
     for sets in (["methods=grad_rollout,raw", "target=label"], ["methods=integrated_gradients", "target=1"]):
         cfg = resolve(None, {"model": tiny_bert_dir}, sets)
         key = scoring_key(cfg)

@@ -406,6 +406,7 @@ EXPLAIN_OPTIONS = (
     "start_layer",
     "target",
     "ig_steps",
+    "ig_tolerance",
     "long_text",
     "window_stride",
     "allow_pickle",

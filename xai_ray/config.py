@@ -57,6 +57,7 @@ class RunConfig(CorpusSource):
     # class-specific methods (grad_rollout, attn_x_grad, input_x_gradient, integrated_gradients, lrp)
     target: str | int = "pred"  # the class they explain: pred, label, a class index or one of the model's label names
     ig_steps: int = 20  # integrated_gradients: Gauss-Legendre nodes along the path
+    ig_tolerance: float = 0.01  # integrated_gradients: refine the path where completeness errs more; 0: never
     # per-head statistics (xai_ray.methods.heads): the `heads` and `head_similarity` tables
     heads: bool = True
     # Corpus means converge long before every review of a large corpus is counted: the statistics
@@ -162,10 +163,12 @@ class RunConfig(CorpusSource):
         explain --doc-id, resume, nightly) reads it back through here, never key by key.
 
         Keys a later version removed are dropped; the retired ``residual: add`` equals ``half``
-        (``RETIRED_RESIDUAL``) and is read as ``half``, so older runs keep their meaning."""
+        (``RETIRED_RESIDUAL``) and is read as ``half``, so older runs keep their meaning. A run
+        saved before ``ig_tolerance`` existed never refined its path: it reads as 0."""
         known = {k: v for k, v in saved.items() if k in FIELD_NAMES}
         if known.get("residual") in RETIRED_RESIDUAL:
             known["residual"] = "half"
+        known.setdefault("ig_tolerance", 0.0)
         return cls(**{**known, **changes})
 
     @classmethod
@@ -201,6 +204,7 @@ RULES = {
     "discard_ratio": Rule(lo=0.0, hi=1.0, hi_open=True),
     "start_layer": Rule(lo=1),
     "ig_steps": Rule(lo=1, hi=10_000),
+    "ig_tolerance": Rule(lo=0.0),
     "heads_docs": Rule(lo=0),
     "heads_sample": Rule(lo=0),
     "heads_sample_rows": Rule(lo=1),

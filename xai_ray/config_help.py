@@ -23,7 +23,7 @@ SECTIONS = {
     "methods": ("methods", "target"),
     "methods: attention-based (raw, rollout, flow, grad_rollout, attn_x_grad)": ("head_fusion", "discard_ratio"),
     "methods: rollout, norm_rollout, globenc and flow": ("residual", "start_layer"),
-    "methods: integrated_gradients": ("ig_steps",),
+    "methods: integrated_gradients": ("ig_steps", "ig_tolerance"),
     "per-head statistics": ("heads", "heads_docs", "heads_sample", "heads_sample_rows"),
     "execution": (
         "batch_size",
@@ -76,6 +76,8 @@ MEANINGS = {
     "pred (the predicted class), label (the true class; unlabelled documents become errors), "
     "a class index or one of the model's label names",
     "ig_steps": "integrated_gradients: Gauss-Legendre nodes along the path from the zero word-embedding baseline",
+    "ig_tolerance": "integrated_gradients: a path interval whose attributions miss f's change along it by more than"
+    " this x its length (log-probability) is split and integrated again, up to 6 splits a review; 0: never",
     "heads": "measure per-head statistics (the heads and head_similarity views)",
     "heads_docs": "documents with per-head statistics, a seeded random sample of the run's documents (the same "
     "on resume, whatever the batches or actors); 0: every document",

@@ -52,49 +52,121 @@ def input_x_gradient(model, input_ids, attention_mask, targets=None) -> tuple[np
     return scores.cpu().numpy(), predicted.cpu().numpy()
 
 
+MAX_SPLITS = 6  # interval splits per document at most when refining (each adds 2 x n_steps nodes)
+
+
 def integrated_gradients(
-    model, input_ids, attention_mask, targets, n_steps: int, rows_per_pass: int = 64, rule: str = "gausslegendre"
+    model,
+    input_ids,
+    attention_mask,
+    targets,
+    n_steps: int,
+    rows_per_pass: int = 64,
+    rule: str = "gausslegendre",
+    tolerance: float = 0.0,
+    max_splits: int = MAX_SPLITS,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(B, n) ids and mask (right padded), (B,) target classes -> ((B, n) attributions,
     (B,) f(input), (B,) f(baseline)), f = log p_target, baseline = zero word embeddings.
 
-    The B x n_steps path points are forwarded and differentiated ``rows_per_pass`` at a time;
-    each point's gradient is folded into its document's weighted sum at once, so no
-    (B, n_steps, n, d) tensor exists. Padding positions come back as 0.
+    The path [0, 1] is integrated with ``n_steps`` nodes. With ``tolerance`` > 0 it is refined
+    where it needs it (adaptive quadrature): the exact integral over an interval [a, b] of the
+    path equals f(b) - f(a) (the gradient theorem: the attributions of a segment sum to the change
+    of f along it), so each interval's quadrature is checked against two forwards, and one whose
+    error exceeds ``tolerance`` x (b - a) is split in two halves, each integrated with its own
+    ``n_steps`` nodes, at most ``max_splits`` times per document. A saturating model's path is
+    sharp near one end: 20 nodes over the whole path left a completeness error of 0.35 at the
+    90th percentile on a fine-tuned MiniLM, where |f(input) - f(baseline)| had median 0.43.
+
+    Path points are forwarded and differentiated ``rows_per_pass`` at a time; each point's
+    gradient is folded into its interval's attribution at once, so no (B, n_steps, n, d) tensor
+    exists. Padding positions come back as 0.
     """
     import torch
 
-    alphas, weights = path_points(n_steps, rule)  # rule: methods.integrated_gradients
+    unit_alphas, unit_weights = path_points(n_steps, rule)  # on [0, 1]; rule: methods.integrated_gradients
     device = input_ids.device
     targets = torch.as_tensor(targets, device=device).long()  # (B,)
+    mask = attention_mask.float()  # (B, n)
     with torch.no_grad():
         embeddings = model.get_input_embeddings()(input_ids).float()  # (B, n, d)
     baseline = torch.zeros_like(embeddings)  # (B, n, d)
-    integral = torch.zeros_like(embeddings)  # (B, n, d): sum_k w_k df/de at point k
-    points = [(b, k) for b in range(input_ids.shape[0]) for k in range(len(alphas))]
-    for start in range(0, len(points), max(1, int(rows_per_pass))):
-        chunk = points[start : start + max(1, int(rows_per_pass))]
-        docs = torch.tensor([b for b, _ in chunk], device=device)  # (P,)
-        alpha = torch.tensor([alphas[k] for _, k in chunk], dtype=torch.float32, device=device)  # (P,)
-        weight = torch.tensor([weights[k] for _, k in chunk], dtype=torch.float32, device=device)  # (P,)
-        with torch.enable_grad(), torch.autocast(device.type, enabled=False):
-            point = baseline[docs] + alpha[:, None, None] * (embeddings[docs] - baseline[docs])  # (P, n, d)
-            point.requires_grad_(True)
-            objective = _log_probs(model, point, attention_mask[docs], targets[docs]).sum()
-            (gradient,) = torch.autograd.grad(objective, point)  # (P, n, d)
-        integral.index_add_(0, docs, gradient * weight[:, None, None])
-    attributions = ((embeddings - baseline) * integral).sum(dim=-1) * attention_mask  # (B, n)
-    f_input, f_baseline = [], []
-    with torch.no_grad(), torch.autocast(device.type, enabled=False):
-        for start in range(0, input_ids.shape[0], max(1, int(rows_per_pass))):
-            rows = slice(start, start + max(1, int(rows_per_pass)))
-            f_input.append(_log_probs(model, embeddings[rows], attention_mask[rows], targets[rows]))
-            f_baseline.append(_log_probs(model, baseline[rows], attention_mask[rows], targets[rows]))
+    rows = max(1, int(rows_per_pass))
+
+    def f_at(points: list[tuple[int, float]]) -> list[float]:
+        """f at path points (document, alpha), forwards only."""
+        values = []
+        with torch.no_grad(), torch.autocast(device.type, enabled=False):
+            for start in range(0, len(points), rows):
+                chunk = points[start : start + rows]
+                docs = torch.tensor([b for b, _ in chunk], device=device)  # (P,)
+                alpha = torch.tensor([a for _, a in chunk], dtype=torch.float32, device=device)  # (P,)
+                point = baseline[docs] + alpha[:, None, None] * (embeddings[docs] - baseline[docs])  # (P, n, d)
+                values += _log_probs(model, point, attention_mask[docs], targets[docs]).tolist()
+        return values
+
+    def integrate(intervals: list[tuple[int, float, float]]):
+        """(intervals, n) attributions of each (document, a, b) interval of the path."""
+        found = torch.zeros(len(intervals), input_ids.shape[1], device=device)  # (I, n)
+        points = [
+            (i, b, lo + (hi - lo) * float(x), (hi - lo) * float(w))
+            for i, (b, lo, hi) in enumerate(intervals)
+            for x, w in zip(unit_alphas, unit_weights)
+        ]
+        for start in range(0, len(points), rows):
+            chunk = points[start : start + rows]
+            owner = torch.tensor([i for i, _, _, _ in chunk], device=device)  # (P,)
+            docs = torch.tensor([b for _, b, _, _ in chunk], device=device)  # (P,)
+            alpha = torch.tensor([a for _, _, a, _ in chunk], dtype=torch.float32, device=device)  # (P,)
+            weight = torch.tensor([w for _, _, _, w in chunk], dtype=torch.float32, device=device)  # (P,)
+            step = embeddings[docs] - baseline[docs]  # (P, n, d)
+            with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+                point = (baseline[docs] + alpha[:, None, None] * step).requires_grad_(True)  # (P, n, d)
+                objective = _log_probs(model, point, attention_mask[docs], targets[docs]).sum()
+                (gradient,) = torch.autograd.grad(objective, point)  # (P, n, d)
+            share = (step * gradient).sum(dim=-1) * weight[:, None] * mask[docs]  # (P, n)
+            found.index_add_(0, owner, share)
+        return found
+
+    batch = input_ids.shape[0]
+    ends = f_at([(b, 0.0) for b in range(batch)] + [(b, 1.0) for b in range(batch)])
+    f = {(b, 0.0): ends[b] for b in range(batch)} | {(b, 1.0): ends[batch + b] for b in range(batch)}
+    kept: list[dict] = [{} for _ in range(batch)]  # per document: (a, b) -> ((n,) attributions, error)
+    splits = [0] * batch
+    pending = [(b, 0.0, 1.0) for b in range(batch)]
+    while pending:
+        found = integrate(pending)  # (I, n)
+        sums = found.double().sum(dim=1).tolist()  # (I,)
+        for i, ((b, lo, hi), total) in enumerate(zip(pending, sums)):
+            kept[b][(lo, hi)] = (found[i], abs(total - (f[(b, hi)] - f[(b, lo)])))
+        pending = _split(kept, splits, tolerance, max_splits)
+        middles = [(b, hi) for b, _, hi in pending[0::2]]
+        f.update(zip(middles, f_at(middles)))
+    attributions = torch.stack([sum(v for v, _ in intervals.values()) for intervals in kept])  # (B, n)
     return (
         attributions.cpu().numpy(),
-        torch.cat(f_input).cpu().numpy().astype(np.float64),
-        torch.cat(f_baseline).cpu().numpy().astype(np.float64),
+        np.array([f[(b, 1.0)] for b in range(batch)], dtype=np.float64),
+        np.array([f[(b, 0.0)] for b in range(batch)], dtype=np.float64),
     )
+
+
+def _split(kept: list[dict], splits: list[int], tolerance: float, max_splits: int) -> list[tuple[int, float, float]]:
+    """The halves to integrate next, as (document, a, b), two per split interval: for each document
+    whose intervals' errors add up to more than ``tolerance``, its intervals that miss by more than
+    ``tolerance`` x their length, worst first (the worst one where none does), within what is
+    left of its ``max_splits``. A split interval leaves ``kept``."""
+    halves = []
+    for b, intervals in enumerate(kept):
+        errors = {span: error for span, (_, error) in intervals.items()}
+        if tolerance <= 0 or sum(errors.values()) <= tolerance or splits[b] >= max_splits:
+            continue
+        worst = sorted(errors, key=errors.get, reverse=True)
+        local = [(lo, hi) for lo, hi in worst if errors[(lo, hi)] > tolerance * (hi - lo)] or worst[:1]
+        for lo, hi in local[: max_splits - splits[b]]:
+            del intervals[(lo, hi)]
+            splits[b] += 1
+            halves += [(b, lo, (lo + hi) / 2), (b, (lo + hi) / 2, hi)]
+    return halves
 
 
 def _log_probs(model, embeddings, attention_mask, targets):

@@ -29,18 +29,21 @@ def scoring_key(cfg: RunConfig, fingerprint: str | None = None) -> dict:
         "attention": cfg.attention_options,
         "max_length": cfg.max_length,
     }
-    target = target_key(cfg.methods, cfg.target, cfg.ig_steps)
+    target = target_key(cfg.methods, cfg.target, cfg.ig_steps, cfg.ig_tolerance)
     return {**key, **long_text_key(resolve_mode(cfg.long_text, cfg.model), cfg.window_stride), **target}
 
 
-def target_key(methods, target, ig_steps) -> dict:
+def target_key(methods, target, ig_steps, ig_tolerance=0.0) -> dict:
     """The class explained (and integrated gradients' steps) enter the key only with class-specific
     methods, so runs of attention methods alone match runs made before these options existed."""
     from xai_ray.methods import REGISTRY
 
     if not any(REGISTRY[m].class_specific for m in methods if m in REGISTRY):
         return {}
-    return {"target": target, **({"ig_steps": ig_steps} if "integrated_gradients" in methods else {})}
+    if "integrated_gradients" not in methods:
+        return {"target": target}
+    # a path refined by a tolerance gives other scores; 0 (never refined) keys as runs made before the option
+    return {"target": target, "ig_steps": ig_steps, **({"ig_tolerance": ig_tolerance} if ig_tolerance else {})}
 
 
 def long_text_key(mode: str | None, stride) -> dict:

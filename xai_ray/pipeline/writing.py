@@ -69,6 +69,7 @@ IDENTITY_KEYS = (
     "start_layer",
     "target",
     "ig_steps",
+    "ig_tolerance",
     "heads",
     "heads_docs",
     "heads_sample",
@@ -366,4 +367,5 @@ def target_record(cfg, model: dict) -> dict | None:
         "class": None if isinstance(resolved, str) else resolved,
         "objectives": {m: REGISTRY[m].objective for m in chosen},
         "ig_steps": cfg.ig_steps if "integrated_gradients" in chosen else None,
+        "ig_tolerance": cfg.ig_tolerance if "integrated_gradients" in chosen else None,
     }

@@ -109,6 +109,7 @@ def page_options(cfg: RunConfig) -> dict:
         **cfg.attention_options,
         "target": cfg.target,
         "ig_steps": cfg.ig_steps,
+        "ig_tolerance": cfg.ig_tolerance,
         "long_text": cfg.long_text,
         "window_stride": cfg.window_stride,
         "allow_pickle": cfg.allow_pickle,

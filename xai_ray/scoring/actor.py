@@ -82,7 +82,13 @@ class Scorer:
         labels = label_names(self.model.config, self.model.config.num_labels)
         # the backward passes of the class-specific methods (none when the run has none of them)
         self.gradients = GradientPasses(
-            self.model, self.methods, config.run.target, labels, config.run.ig_steps, self.token_budget
+            self.model,
+            self.methods,
+            config.run.target,
+            labels,
+            config.run.ig_steps,
+            self.token_budget,
+            config.run.ig_tolerance,
         )
         # long reviews (xai_ray.scoring.segments): head keeps the plain path; head_tail and window cut and merge
         self.long_text = segments.resolve_mode(config.run.long_text, config.run.model)

@@ -5,7 +5,9 @@ capture forward: once per batch and per kind of capture, however many methods re
                           of clamp(dA * A, 0) (grad_rollout, attn_x_grad)
     input_x_gradient      one forward + backward of log p_target (input_x_gradient)
     integrated_gradients  ig_steps forwards + backwards of log p_target along the path, and the
-                          two forwards its completeness check needs (integrated_gradients)
+                          two forwards its completeness check needs; where a review's path
+                          misses by more than ig_tolerance, its intervals are split and
+                          integrated again (integrated_gradients)
     lrp                   one forward + backward of the target logit, attention probabilities
                           and layer norms' 1/sigma held constant (lrp)
 
@@ -48,8 +50,11 @@ def pass_seconds_key(method: str) -> str | None:
 class GradientPasses:
     """``capture(inputs, targets)`` -> per model input, the gradient captures the methods need."""
 
-    def __init__(self, model, methods: dict, target, labels: dict, ig_steps: int, token_budget: int) -> None:
+    def __init__(
+        self, model, methods: dict, target, labels: dict, ig_steps: int, token_budget: int, ig_tolerance: float = 0.0
+    ) -> None:
         self.model, self.ig_steps, self.token_budget = model, int(ig_steps), int(token_budget)
+        self.ig_tolerance = float(ig_tolerance)
         self.needs = {m.needs for m in methods.values()} & set(GRADIENT_NEEDS)
         self.target = resolve_target(target, labels) if self.needs else None
 
@@ -114,6 +119,7 @@ class GradientPasses:
                     chosen,
                     self.ig_steps,
                     rows_per_pass=rows_per_backward(self.token_budget, width),
+                    tolerance=self.ig_tolerance,
                 )
                 captured[INTEGRATED_GRADIENTS][at, :width] = torch.from_numpy(found).float().to(device)
                 for j, r in enumerate(rows):
