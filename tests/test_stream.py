@@ -169,3 +169,32 @@ def test_rows_to_score_come_in_half_batch_blocks_so_tasks_spread_over_the_actors
             tasks, held = tasks + [held], 0
     tasks += [held] if held else []
     assert len(tasks) >= 3 * actors and max(tasks) < 2 * batch, tasks
+
+
+def test_a_source_changed_between_the_passes_is_not_published(ray_cluster, tmp_path):
+    """The second pass picks rows by their place: a file rewritten in another order after screening
+    lost documents without an errors row and stored unscreened ones. Refused instead, nothing
+    published."""
+    from xai_ray.config import resolve
+    from xai_ray.data.text import CorpusError
+    from xai_ray.pipeline.writing import open_writer, write
+    from xai_ray.store import layout
+
+    source = tmp_path / "c.csv"
+    frame = pd.DataFrame(
+        {"id": [f"d{i}" for i in range(6)], "text": [f"text {i}" for i in range(6)], "label": [0, 1] * 3}
+    )
+    frame.to_csv(source, index=False)
+    screened = stream.screen(stream.Corpus(plan(str(source), "train")), CLASSES)
+    screened.check_unchanged()  # nothing changed yet
+    swapped = tmp_path / "c.new"
+    frame.iloc[::-1].to_csv(swapped, index=False)  # the same rows, the same bytes, another order
+    assert swapped.stat().st_size == source.stat().st_size
+    swapped.replace(source)
+    with pytest.raises(CorpusError, match=r"c\.csv changed while this run read it"):
+        screened.check_unchanged()
+    store = tmp_path / "store"
+    cfg = resolve(None, {"data": str(source), "store": str(store), "model": "minilm", "run_id": "r"})
+    with pytest.raises(CorpusError, match="nothing was published"):
+        write(None, cfg, "r", n_input=6, writer=open_writer(cfg, "r"), screened=screened)
+    assert not layout.run_dir(store, "r").exists()

@@ -29,6 +29,7 @@ from xai_ray.data import screening
 from xai_ray.data.corpus import named_ids, sample_rows
 from xai_ray.data.head_docs import HeadDocs
 from xai_ray.data.pieces import count_piece
+from xai_ray.data.source_files import changed_file, files_state
 from xai_ray.data.sources import SourcePlan
 from xai_ray.data.text import CorpusError
 from xai_ray.runtime import ray_data
@@ -176,10 +177,22 @@ class Screened:
     verdicts: list  # ObjectRefs of ``screening.VERDICTS`` tables (one per screening task)
     counts: dict = field(default_factory=dict)  # rows, rejected, duplicates, done, unchanged, todo
     classes: dict | None = None  # the model's classes (``screening.class_map``): a label may name one
+    files: dict = field(default_factory=dict)  # ``source_files.files_state`` before the first pass
 
     @property
     def n_input(self) -> int:
         return self.counts["rows"]
+
+    def check_unchanged(self) -> None:
+        """Refuse a run whose source files changed since the first pass began: the second pass
+        picks rows by their place, so its rows would not be the ones screened."""
+        changed = changed_file(self.files, self.corpus.plan)
+        if changed is not None:
+            raise CorpusError(
+                f"{changed} changed while this run read it (between screening and scoring, rows are picked by "
+                "their place in the file): nothing was published, as documents could be lost or stored "
+                "unscreened; run again once the file is whole (copy it aside first if it keeps growing)"
+            )
 
     def let_go(self) -> None:
         """Drop this corpus's handles on Ray's object store (the verdicts, the sampled rows), once
@@ -219,6 +232,7 @@ def screen(corpus: Corpus, classes=None, done=None, known=None) -> Screened:
     from xai_ray.runtime import ensure_ray
 
     ensure_ray()
+    files = files_state(corpus.plan)  # before the first pass reads a row (``check_unchanged``)
     corpus = corpus.counted()
     classes = screening.class_map(classes)
     done_ref = ray.put(pa.array(sorted(done or ()), pa.string()))
@@ -239,7 +253,7 @@ def screen(corpus: Corpus, classes=None, done=None, known=None) -> Screened:
     counts = {"rows": n_rows, **ray.get(_count_verdicts.remote(*verdicts))}
     counts["todo"] = n_rows - counts["rejected"] - counts["duplicates"] - counts["done"] - counts["unchanged"]
     counts["kept"] = counts["todo"] + counts["done"]  # what a run keeps; its head sample is drawn from these
-    return Screened(corpus=corpus, verdicts=verdicts, counts=counts, classes=classes)
+    return Screened(corpus=corpus, verdicts=verdicts, counts=counts, classes=classes, files=files)
 
 
 def _local(batch: pa.Table, done, known, classes) -> pa.Table:

@@ -232,6 +232,8 @@ def write(
             done += n_docs
             bar.update(n_docs)
         bar.close()
+        if screened is not None:  # streamed twice: the second pass's rows must be the ones screened
+            screened.check_unchanged()
         _record_lost(writer, screened, todo)
         writer.commit()  # the last part, so the fingerprints and counts below are complete
         if len(writer.fingerprints) > 1:
