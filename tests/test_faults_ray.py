@@ -299,3 +299,35 @@ def test_a_local_cluster_listens_on_loopback_only(tmp_path):
     for address in map(ipaddress.ip_address, seen["listening"]):
         address = getattr(address, "ipv4_mapped", None) or address  # ::ffff:7f00:1 is 127.0.0.1
         assert address.is_loopback, seen["listening"]
+
+
+@pytest.mark.skipif(not IMDB.is_file(), reason="needs the IMDB parquet in ../shared/data")
+def test_a_run_sent_sigterm_says_so_keeps_its_parts_and_resumes(ray_cluster, tmp_path):
+    """SIGTERM (`timeout`, systemd, `docker stop`) ended a run with exit 1 and no sentence (ray.init
+    sets its own handler); it now stops as Ctrl-C does: one line, exit 143, its parts kept."""
+    store, run_id, limit = tmp_path / "store", "terminated", 80
+    command = [sys.executable, "-m", "xai_ray.cli", "run", "--data", str(IMDB), "--limit", str(limit)]
+    command += ["--model", "minilm", "--max-length", "64", "--actors", "1", "--batch-size", "4"]
+    command += ["--store", str(store), "--run-id", run_id, "--no-report", "--set", "part_rows=20"]
+    log = (tmp_path / "driver.log").open("w")
+    driver = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    parts = store / "_staging" / f"run_id={run_id}" / "_parts"
+    try:
+        deadline = time.monotonic() + 240
+        while not list(parts.glob("part-*.json")):
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no part was committed in time"
+            time.sleep(0.2)
+        os.kill(driver.pid, signal.SIGTERM)
+        assert driver.wait(timeout=60) == 143, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)  # anything of its Ray left
+        except ProcessLookupError:
+            pass
+    said = (tmp_path / "driver.log").read_text()
+    assert "xai-ray: terminated (SIGTERM) (a run keeps its committed parts" in said, said[-2000:]
+    assert "Traceback" not in said
+    assert list(parts.glob("part-*.json")) and not (store / "runs" / f"run_id={run_id}").exists()
+    assert cli.main(["run", "--resume", run_id, "--store", str(store), "--no-report"]) == 0
+    assert_every_document_once(store, run_id, read_corpus(str(IMDB), limit=limit).doc_id.tolist())

@@ -41,6 +41,8 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
         else:  # a local head without the dashboard head and the monitors a local run never uses
             init_local(ray.init, keep_log_monitor=bool(options["log_to_driver"]), **options)
         route_ray_loggers()
+        if one_run_only():  # ray.init set its own SIGTERM handler: exit 1, no word (`timeout`, `docker stop`)
+            catch_sigterm()
 
 
 def ray_data():
@@ -122,6 +124,30 @@ def one_run_per_process() -> None:
 
 def one_run_only() -> bool:
     return bool(_process.get("one_run"))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM in a one-run process (``timeout``, systemd, ``docker stop``, ``kill``): stopped as
+    Ctrl-C stops it, its committed parts kept, and the command says so."""
+
+
+def _terminated(signum, frame) -> None:
+    _process["terminated"] = True  # Ray may raise its own KeyboardInterrupt in its place
+    raise Terminated()
+
+
+def was_terminated() -> bool:
+    """Whether this process received SIGTERM (``catch_sigterm``)."""
+    return bool(_process.get("terminated"))
+
+
+def catch_sigterm() -> None:
+    """SIGTERM raises ``Terminated`` in the main thread (set again after ``ray.init``, which sets its own)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
 
 
 def release_if_done() -> None:

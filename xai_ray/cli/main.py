@@ -84,7 +84,15 @@ def main(argv: list[str] | None = None) -> int:
         what = "a file of the store cannot be read" if unreadable else "DuckDB failed on the store (a damaged file?)"
         print(f"xai-ray: {what}: {first_line(err)} (-v shows where)", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C: a run's committed parts are kept (`run --resume RUN_ID`)
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: a run's committed parts are kept (`run --resume RUN_ID`)
+        from xai_ray.runtime import Terminated, was_terminated
+
+        if isinstance(err, Terminated) or was_terminated():
+            hint = " (a run keeps its committed parts: `xai-ray run --resume RUN_ID --store STORE`)" * (
+                args.command == "run"
+            )
+            print(f"xai-ray: terminated (SIGTERM){hint}", file=sys.stderr)
+            return 143
         print("xai-ray: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -120,6 +128,7 @@ def console() -> int:
     from xai_ray import runtime
 
     runtime.one_run_per_process()
+    runtime.catch_sigterm()
     return main()
 
 
