@@ -98,3 +98,30 @@ def test_a_corpus_without_rows_is_refused_in_one_sentence_with_nothing_published
         last = err.strip().splitlines()[-1]  # (Ray's own processes may log to the test's stderr before it)
         assert last.startswith("xai-ray: ") and "holds no rows" in last and "Traceback" not in err, err
         assert not (tmp_path / "store").exists()  # nor the store folder the run made for it
+
+
+def test_ray_failing_under_a_run_is_one_sentence_with_the_resume_hint(ray_cluster):
+    """The raylet killed mid-run gave ActorDiedError's traceback and exit 1: now one sentence. A
+    task's own error (RayTaskError) is a fault of its code and keeps its traceback."""
+    from xai_ray.cli.main import ray_failure
+
+    @ray_cluster.remote
+    class Counter:
+        def one(self) -> int:
+            return 1
+
+        def fail(self) -> None:
+            raise ValueError("a bug")
+
+    counter = Counter.remote()
+    with pytest.raises(ValueError) as caught:  # Ray raises it as a RayTaskError that is also a ValueError
+        ray_cluster.get(counter.fail.remote())
+    assert ray_failure(caught.value, "run") is None
+    ray_cluster.kill(counter)
+    with pytest.raises(ray_cluster.exceptions.RayActorError) as caught:
+        ray_cluster.get(counter.one.remote())
+    said = ray_failure(caught.value, "run")
+    assert said.startswith("xai-ray: Ray failed under the run command (ActorDiedError: ")
+    assert "`xai-ray run --resume RUN_ID --store STORE`" in said and "\n" not in said
+    assert "--resume" not in ray_failure(caught.value, "sql")
+    assert ray_failure(ValueError("x"), "run") is None

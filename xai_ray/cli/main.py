@@ -42,6 +42,20 @@ def first_line(err: Exception) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
+def ray_failure(err: BaseException, command: str) -> str | None:
+    """One sentence for Ray's own failure under ``command`` (its node, raylet or an actor gone:
+    ``ActorDiedError``, ``NodeDiedError``, ``ObjectLostError``, ...), else None. A task's own error
+    (``RayTaskError``) keeps its traceback: that is a fault of the task's code."""
+    ray = sys.modules.get("ray")
+    exceptions = getattr(ray, "exceptions", None)
+    if exceptions is None or not isinstance(err, exceptions.RayError) or isinstance(err, exceptions.RayTaskError):
+        return None
+    hint = " (a run keeps its committed parts: `xai-ray run --resume RUN_ID --store STORE` finishes it)" * (
+        command == "run"
+    )
+    return f"xai-ray: Ray failed under the {command} command ({type(err).__name__}: {first_line(err)}){hint}; -v shows where"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xai-ray", description="Corpus-scale attention explanations on Ray.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr (default: off)")
@@ -119,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except Exception as err:  # the raylet or a node killed under a run: a sentence, not Ray's traceback
+        said = ray_failure(err, args.command)
+        if said is None or args.verbose:
+            raise
+        print(said, file=sys.stderr)
+        return 1
 
 
 def console() -> int:
