@@ -428,6 +428,8 @@ def evaluated_store(tmp_path_factory, tiny_bert_dir):
         assert not (root / "store" / "runs" / "run_id=later" / "faithfulness").exists()
         assert cli.main(["evaluate", "--store", str(root / "store"), "--run", "later"]) == 0
         assert cli.main(["evaluate", "--store", str(root / "store"), "--run", "later"]) == 2  # only once
+        assert cli.main([*common, "--run-id", "half"]) == 0  # evaluated later for a share of its documents
+        assert cli.main(["evaluate", "--store", str(root / "store"), "--run", "half", "--share", "0.5"]) == 0
     finally:
         ray.shutdown()
     return root / "store"
@@ -472,6 +474,27 @@ def test_evaluating_a_published_run_later_gives_the_same_metrics(evaluated_store
     assert manifest["timings"]["actor_seconds"]["evaluate"] > 0 and manifest["evaluated_at"]
     page = (evaluated_store / "runs" / "run_id=later" / "report.html").read_text()
     assert "<section id='faithfulness'>" in page  # the run's own report was rebuilt with the section
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_evaluating_a_share_scores_and_counts_only_that_share(evaluated_store):
+    """`evaluate --share 0.5` said "evaluating: 8/8 documents" and scored all 8 again, for the 4 or
+    so it evaluated. The share is a stable hash of each id, computed here on its own."""
+    import hashlib
+
+    from xai_ray.query.connection import open_store
+
+    def picked(doc_id: str) -> bool:
+        return int.from_bytes(hashlib.sha256(doc_id.encode()).digest()[:8], "little") / 2**64 < 0.5
+
+    expected = sorted(d for d in (f"t{i}" for i in range(8)) if picked(d))
+    assert 0 < len(expected) < 8
+    con = open_store(evaluated_store)
+    found = con.execute("select distinct doc_id from faithfulness where run_id = 'half' order by 1").df()
+    assert found.doc_id.tolist() == expected
+    log = (evaluated_store / "logs" / "half.log").read_text()
+    assert f"evaluating run half: {len(expected)} of its 8 documents (evaluate_share 0.5)" in log
 
 
 @pytest.mark.ray

@@ -21,6 +21,7 @@ from xai_ray.config import RunConfig
 from xai_ray.model.loading import describe_model
 from xai_ray.progress import Progress, native_stderr_into, route_noise
 from xai_ray.query.connection import open_store, pick_run, run_named
+from xai_ray.scoring.evaluation import chosen_for_evaluation
 from xai_ray.store import StoreError, layout
 from xai_ray.store.schemas import ERRORS, FAITHFULNESS
 from xai_ray.store.writer import add_faithfulness, faithfulness_tables
@@ -33,6 +34,7 @@ def evaluate_run(
 ) -> dict:
     """Evaluate the published run ``run_id`` (default: the newest) in place; returns its new manifest."""
     from xai_ray import pipeline
+    from xai_ray.pipeline.writing import WAITING
 
     started = time.perf_counter()
     con = open_store(store, run=run_id)
@@ -55,11 +57,21 @@ def evaluate_run(
     describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
     corpus = run_named(con, "run_corpus", run_id=run_id)
     con.close()
-    log.info("evaluating run %s: %d documents", run_id, len(corpus))
+    # only the share is scored again: the actors would evaluate no other (the same stable choice)
+    n_run = len(corpus)
+    corpus = corpus[[chosen_for_evaluation(doc_id, cfg.evaluate_share) for doc_id in corpus.doc_id]]
+    if n_run and corpus.empty:  # written, an empty evaluation would refuse every later one ("already has")
+        raise StoreError(
+            f"evaluate_share {cfg.evaluate_share} picked none of run {run_id!r}'s {n_run} documents: "
+            "nothing was written; pass a larger --share (1.0 evaluates every document)"
+        )
+    share = cfg.evaluate_share
+    log.info("evaluating run %s: %d of its %d documents (evaluate_share %g)", run_id, len(corpus), n_run, share)
     metrics, errors, seconds, fingerprints = [], [], {}, set()
-    bar = Progress(len(corpus), "evaluating", "documents")
     # Ray's and the libraries' chatter into the run's log, as `run` routes it (not onto the terminal)
     with native_stderr_into(route_noise(layout.run_log(store, run_id))):
+        # made inside: its lines go to the terminal, which fd 2 no longer is (it was the log's)
+        bar = Progress(len(corpus), "evaluating", "documents", heartbeat=True, waiting=WAITING)
         for batch in pipeline.score(corpus, cfg).iter_batches(batch_format="pyarrow", batch_size=None):
             bar.update(batch.num_rows)
             scored = [row for row in batch.to_pylist() if not row.get("error")]
@@ -70,7 +82,7 @@ def evaluate_run(
             for row in scored:
                 for stage in ("gradient", "evaluate"):
                     seconds[stage] = seconds.get(stage, 0.0) + dict(row.get("seconds") or {}).get(stage, 0.0)
-    bar.close()
+        bar.close()
     expected = manifest.get("model", {}).get("fingerprint")
     if expected and fingerprints - {expected}:
         raise StoreError(f"the model {cfg.model!r} no longer has the weights run {run_id!r} was scored with")
