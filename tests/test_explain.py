@@ -258,3 +258,32 @@ def test_undecodable_bytes_on_stdin_are_named_not_a_tokenizer_error(tiny_model_f
     assert "not valid UTF-8: byte 0xff at character 5" in err and "TypeError" not in err, err
     with pytest.raises(ValueError, match="a lone surrogate U\\+D800 at character 5"):
         xai_ray.explain("good \ud800 film", model=model, methods="raw")
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_very_long_word_wraps_inside_its_column(tiny_bert_dir, tmp_path, chromium):
+    """A word of 3,000 letters ran through its neighbours' shaded-review columns and past the
+    token strip, widening the page. Measured in the browser: a script added to the page counts
+    the columns and strips wider than their box, and the page is no wider than a short review's."""
+    import xai_ray
+
+    measure = (
+        "<script>window.addEventListener('load', () => {"
+        "const wide = [...document.querySelectorAll('.hl, .tokens')].filter(e => e.scrollWidth > e.clientWidth + 1);"
+        "document.body.dataset.wide = String(wide.length);"
+        "document.body.dataset.width = String(document.documentElement.scrollWidth);"
+        "});</script></body>"
+    )
+    found = {}
+    for name, text in (("short", "a fine review"), ("long", "a " + "long" * 750 + " review")):
+        review = xai_ray.explain(text, model=tiny_bert_dir, methods="raw,rollout", max_length=16)
+        page = tmp_path / f"{name}.html"
+        page.write_text(review.page.replace("</body>", measure))
+        dom = subprocess.run(
+            [*chromium(tmp_path), "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+        )
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        found[name] = re.search(r'<body[^>]*data-wide="(\d+)" data-width="(\d+)"', dom.stdout).groups()
+    assert found["long"][0] == "0", found  # no column or strip wider than its box
+    assert found["long"][1] == found["short"][1], found  # nor the page wider for it

@@ -329,7 +329,7 @@ function showError(err) {{ console.error(err); }}
 
 
 PAGE_STYLE = (
-    ".tokens{line-height:1.9;max-width:1200px;margin:.5em 0} .tokens span{padding:1px 3px;margin:1px;"
+    ".tokens{line-height:1.9;max-width:1200px;margin:.5em 0;overflow-wrap:anywhere} .tokens span{padding:1px 3px;margin:1px;"
     "border-radius:3px;cursor:pointer;background:#f3f3f3} .tokens span.on{background:#f58518;color:#fff}"
     ".views{display:flex;gap:2em;align-items:flex-start} .focus,.cell{font-size:.9em;color:#333;margin:.4em 0}"
     ".model-view{display:grid;gap:4px;align-items:center} .model-view canvas{cursor:pointer;"

@@ -127,7 +127,9 @@ STYLE = (
     "table{border-collapse:collapse} th,td{text-align:left;padding:2px 12px;border-bottom:1px solid #eee}"
     ".note{color:#666;max-width:60em} section{margin:2em 0} .chart{margin:1em 0} nav a{margin-right:1em}"
     ".hl-grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(320px,1fr));gap:1.5em}"
-    ".hl p{line-height:1.7;white-space:pre-wrap} .hl span{border-radius:2px} .cut{color:#999}"
+    # a word of thousands of letters wraps inside its column (it ran through its neighbours' columns)
+    ".hl{min-width:0} .hl p{line-height:1.7;white-space:pre-wrap;overflow-wrap:anywhere}"
+    " .hl span{border-radius:2px} .cut{color:#999}"
     "h3{font-size:1em;margin-top:1.5em} h4{margin:.2em 0;color:#555}"
     "#summary{display:flex;flex-wrap:wrap;gap:1em 4em;align-items:flex-start} #summary h2{flex-basis:100%}" + SHADE_CSS
 )
