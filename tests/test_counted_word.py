@@ -122,3 +122,19 @@ def test_topk_counts_both_forms_of_a_word_as_one(tmp_path):
     write_run(tmp_path, "r", docs, {("raw", 1): rows})
     top = topk(open_store(tmp_path), "r", "raw", 1, 10, 1, "all", min_docs=1, exclude="stop")
     assert top.word.tolist() == ["caf\u00e9"] and top.documents.tolist() == [3]
+
+
+def test_topk_by_label_or_correct_of_a_run_without_labels_is_refused(tmp_path):
+    """A run of an unlabelled corpus answered `--by label` and `--by correct` with one NULL group."""
+    from test_charts import write_run
+
+    from xai_ray.query.limits import QueryError
+    from xai_ray.query.top_words import topk
+
+    docs = [{"doc_id": d, "pred": 1, "label": None} for d in ("d1", "d2")]
+    write_run(tmp_path, "r", docs, {("raw", 1): [(d, 0, "fine", 1.0) for d in ("d1", "d2")]})
+    con = open_store(tmp_path)
+    for by in ("label", "correct"):
+        with pytest.raises(QueryError, match=rf"run 'r' has no labels .*--by {by} has no groups"):
+            topk(con, "r", "raw", 1, 10, 1, by, min_docs=1)
+    assert topk(con, "r", "raw", 1, 10, 1, "pred", min_docs=1).word.tolist() == ["fine"]

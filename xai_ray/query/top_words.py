@@ -35,11 +35,21 @@ def topk(
     if by not in ("all", "label", "pred", "correct"):
         raise QueryError(f"--by must be all, label, pred or correct; got {by!r}")
     params = settle(con, run_id, method, layer, k, min_count, stat=stat, min_docs=min_docs, exclude=exclude)
+    if by in ("label", "correct") and not _has_labels(con, params["run_id"]):  # one NULL group, without a word
+        raise QueryError(
+            f"run {params['run_id']!r} has no labels (its corpus had no label column), so --by {by} has no groups; "
+            "use --by pred or --by all"
+        )
     if by in ("all", "pred") and has_word_totals(con, params["run_id"]):  # kept by the run's aggregate stage
         return wordstats.add_interval(run_named(con, "topk_totals", by=by, **params))
     if by == "all":
         return wordstats.add_interval(run_named(con, "topk", **params))
     return wordstats.add_interval(run_named(con, "topk_grouped", by=by, **params))
+
+
+def _has_labels(con, run_id: str) -> bool:
+    found = con.execute("select count(label) from docs where run_id = $run_id", {"run_id": run_id}).fetchone()
+    return bool(found and found[0])
 
 
 def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude) -> dict:
