@@ -56,6 +56,14 @@ def test_bad_time_is_one_sentence(capsys):
     assert "--at must be HH:MM" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("log", ["", "   "])
+def test_an_empty_log_path_is_refused(log, capsys):
+    """`--log ''` fell back to the default log without a word; `--log '   '` made a file of spaces."""
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["schedule", str(CONFIG), "--dry-run", "--log", log])
+    assert caught.value.code == 2 and "argument --log: must not be empty" in capsys.readouterr().err
+
+
 def test_crontab_install_and_remove_round_trip(capsys, tmp_path):
     if shutil.which("crontab") is None:
         pytest.skip("no crontab command (apt-get install cron)")

@@ -75,7 +75,9 @@ def add_parsers(sub) -> None:
     sched.add_argument(
         "--systemd", action="store_true", help="a systemd user timer instead of a crontab entry (default: crontab)"
     )
-    sched.add_argument("--log", help="where the job's output goes (default: ~/.local/state/xai-ray/nightly.log)")
+    sched.add_argument(
+        "--log", type=cli_flags.text, help="where the job's output goes (default: ~/.local/state/xai-ray/nightly.log)"
+    )
     sched.add_argument(
         "--dry-run", dest="dry_run", action="store_true", help="print what would be installed (default: install it)"
     )
