@@ -214,6 +214,19 @@ def test_definition_chooses_sections_and_k(tiny_store, tmp_path):
     assert "Top 1 important words across all samples (rollout, layer 2)" in page
 
 
+def test_a_highlight_layer_beyond_the_models_is_refused(tiny_store, tmp_path):
+    """`highlight: {layer: 99}` gave every example "not scored at this layer" and exit 0."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("highlight: {layer: 3}\nsections: [highlights]\n")
+    with pytest.raises(ConfigError, match=r"highlight.layer is 3, but run 'two''s model has 2 layers"):
+        build_report(tiny_store, "two", tmp_path / "r.html", definition=path)
+    assert not (tmp_path / "r.html").exists()
+    path.write_text("highlight: {layer: 2}\nsections: [highlights]\n")
+    assert (
+        "<section id='highlights'>" in build_report(tiny_store, "two", tmp_path / "r.html", definition=path).read_text()
+    )
+
+
 def test_sections_without_data_are_left_out(tiny_store, tmp_path):
     con = open_store(tiny_store)
     assert has_relation(con, "words") and has_relation(con, "heads") and not has_relation(con, "nothing")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from xai_ray.config import ConfigError
 from xai_ray.report import charts
 from xai_ray.report.blocks import Fragment, Section, number, percent, text_html
 from xai_ray.report.changes import since_last_night
@@ -204,6 +205,11 @@ def highlights(ctx: Context) -> Section | None:
     spec = ctx.definition["highlight"]
     methods = [m for m in spec["methods"] if m in ctx.methods] or [ctx.main_method]
     layer = ctx.last_layer if spec["layer"] == "last" else int(spec["layer"])
+    if ctx.last_layer and layer > ctx.last_layer:  # every example read "not scored at this layer"
+        raise ConfigError(
+            f"report definition: highlight.layer is {layer}, but run {ctx.run_id!r}'s model has {ctx.last_layer} "
+            "layers; give a layer from 1 to that, or 'last'"
+        )
     if examples.empty:
         return None
     items = []
