@@ -125,3 +125,22 @@ def test_ray_failing_under_a_run_is_one_sentence_with_the_resume_hint(ray_cluste
     assert "`xai-ray run --resume RUN_ID --store STORE`" in said and "\n" not in said
     assert "--resume" not in ray_failure(caught.value, "sql")
     assert ray_failure(ValueError("x"), "run") is None
+
+
+def test_a_disk_full_after_publishing_says_the_run_is_whole(ray_cluster, tmp_path, tiny_bert_dir, capsys, monkeypatch):
+    """The disk filled while the aggregates were written, after the run was published: the command
+    sent the user to `--resume`, which then refused ("already complete; nothing to resume")."""
+    import errno
+
+    from xai_ray import pipeline
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pipeline, "aggregate", full)  # the disk filling up at that stage
+    data = _corpus(tmp_path / "some.parquet", ["the film was good", "bad movie"])
+    assert cli.main([*_run(tmp_path, data, tiny_bert_dir), "--run-id", "r"]) == 2
+    err = capsys.readouterr().err
+    assert "xai-ray: run 'r' is published with all its documents, but its aggregates could not be written" in err
+    assert "no space left on device" in err and "--resume" not in err
+    assert (tmp_path / "store" / "runs" / "run_id=r" / "manifest.json").is_file()

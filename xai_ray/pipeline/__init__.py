@@ -207,18 +207,28 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
         )
     finally:
         pool.after_run()  # a cluster's actors hold CPUs: released; one node's stay warm
-    if cfg.rationales:  # agreement with the corpus's human rationales, before the aggregates read faithfulness
-        from xai_ray.pipeline.plausibility import add_plausibility
+    stage = "plausibility metrics"
+    try:  # the run is published: a failure from here on leaves it whole, and must not send to --resume
+        if cfg.rationales:  # agreement with the corpus's human rationales, before the aggregates read faithfulness
+            from xai_ray.pipeline.plausibility import add_plausibility
 
-        manifest["counts"] = {**manifest.get("counts", {}), **add_plausibility(cfg, run_id)}
-    if runtime.one_run_only():  # nothing below uses Ray: the command's exit need not wait for it
-        rows = None  # a handle on Ray's objects freed while Ray shuts down would end the process
-        screened.let_go()
-        pool.release()
-        runtime.release_if_done()
-    summary = aggregate(cfg.store, run_id, cfg.top_k)
-    log.info("run %s: %s", run_id, summary)
-    out = report(cfg.store, run_id, layout.report_path(cfg.store, run_id)) if cfg.report else None
+            manifest["counts"] = {**manifest.get("counts", {}), **add_plausibility(cfg, run_id)}
+        if runtime.one_run_only():  # nothing below uses Ray: the command's exit need not wait for it
+            rows = None  # a handle on Ray's objects freed while Ray shuts down would end the process
+            screened.let_go()
+            pool.release()
+            runtime.release_if_done()
+        stage = "aggregates"
+        summary = aggregate(cfg.store, run_id, cfg.top_k)
+        log.info("run %s: %s", run_id, summary)
+        stage = "report"
+        out = report(cfg.store, run_id, layout.report_path(cfg.store, run_id)) if cfg.report else None
+    except OSError as err:
+        raise StoreError(
+            f"run {run_id!r} is published with all its documents, but its {stage} could not be written "
+            f"({(err.strerror or type(err).__name__).lower()}); queries read the run as it is, and once there is "
+            f"room `xai-ray report --store {cfg.store} --run {run_id} --out report.html` writes its report"
+        ) from err
     return RunResult(run_id=run_id, run_dir=run_dir, manifest=manifest, report=out)
 
 
