@@ -31,6 +31,8 @@ from xai_ray.query.user_sql import batches_or_empty
 MARK = "xai-ray-refused: "  # the child's one sentence on stderr starts with this
 BATCH_ROWS = 2048  # DuckDB's vector size: a batch of long rows stays small
 
+READY = b"\x01"  # the child's first byte: the store is open, the query starts
+OPEN_S = 60  # seconds the child may take to start and open the store, beyond --timeout
 # The child starts isolated (-I: no current folder, no PYTHONPATH, no user site on its path) and
 # gets the parent's own path, so it imports this xai_ray and no module planted where it runs.
 CHILD = (
@@ -59,16 +61,26 @@ def stream(store, text: str, limits: Limits, params=None) -> Iterator[pa.RecordB
             stderr=errors,
         )
         stopped = threading.Event()
-        timer = threading.Timer(limits.timeout_s, _stop, (child, stopped))
-        timer.start()
+        timers: list[threading.Timer] = []
+
+        def arm(seconds: float) -> None:
+            for timer in timers:
+                timer.cancel()
+            timers.append(threading.Timer(seconds, _stop, (child, stopped)))
+            timers[-1].start()
+
+        # The clock of --timeout starts when the query does: the child's start and the store's views
+        # took about 3 s, and `--timeout 1` stopped even `select 1`. Until then, OPEN_S more at most.
+        arm(limits.timeout_s + OPEN_S)
         try:
-            yield from _receive(child, request)
+            yield from _receive(child, request, lambda: arm(limits.timeout_s))
             if child.wait() != 0:
                 raise EOFError
         except (EOFError, OSError, pa.ArrowInvalid):  # the child ended early: it says why, or its status does
-            raise QueryError(_why(child, stopped, errors, limits)) from None
+            raise QueryError(_why(child, stopped, errors, limits, len(timers) > 1)) from None
         finally:
-            timer.cancel()
+            for timer in timers:
+                timer.cancel()
             if child.poll() is None:
                 child.kill()
             child.wait()
@@ -101,12 +113,16 @@ def _precheck(text: str) -> None:
         raise QueryError("the query is empty")
 
 
-def _receive(child: subprocess.Popen, request: bytes) -> Iterator[pa.RecordBatch]:
+def _receive(child: subprocess.Popen, request: bytes, querying) -> Iterator[pa.RecordBatch]:
+    """The child's batches; ``querying()`` is called once the child has opened the store and runs the query."""
     try:
         child.stdin.write(request)
         child.stdin.close()
     except BrokenPipeError:  # the child is gone before reading: its status says why
         raise EOFError from None
+    if child.stdout.read(len(READY)) != READY:  # it stopped before the query: it says why
+        raise EOFError
+    querying()
     yield from batches_or_empty(pa.ipc.open_stream(child.stdout))
 
 
@@ -115,11 +131,13 @@ def _stop(child: subprocess.Popen, stopped: threading.Event) -> None:
     child.kill()
 
 
-def _why(child: subprocess.Popen, stopped: threading.Event, errors, limits: Limits) -> str:
-    """One sentence for a child that ended without all its rows."""
+def _why(child: subprocess.Popen, stopped: threading.Event, errors, limits: Limits, querying: bool = True) -> str:
+    """One sentence for a child that ended without all its rows (``querying``: its query had begun)."""
     if child.poll() is None:
         child.kill()
     status = child.wait()
+    if stopped.is_set() and not querying:
+        return f"opening the store took more than {limits.timeout_s + OPEN_S:g} s (--timeout and {OPEN_S} s to open it)"
     if stopped.is_set():
         return f"the query ran past --timeout {limits.timeout_s:g} s and was stopped"
     errors.seek(0)
@@ -162,6 +180,8 @@ def main() -> int:
                 f"DuckDB failed on the store (a damaged file?): {(str(err).strip().splitlines() or ['?'])[0]}"
             )
         _cap(process_cap(limits), limits)
+        out.write(READY)  # the parent's clock of --timeout starts here
+        out.flush()
         writer = None
         for batch in stream_arrow(con, request["query"], request["params"], None, BATCH_ROWS):
             sent += batch.nbytes
