@@ -219,6 +219,19 @@ def test_a_stored_review_is_explained_with_its_runs_cut_and_weights(tiny_model_f
     assert "is not the one the run scored with" in capsys.readouterr().err
 
 
+def test_a_stored_review_scored_with_other_settings_says_so(tiny_model_factory, tmp_path):
+    """`explain --doc-id --max-length 16` showed "Source: run ... of store ..." over scores the run
+    never had (other tokens, another probability); the page now names what differs."""
+    store = _stored_run(tmp_path, tiny_model_factory(FAMILY), "head", "h1")
+    out = tmp_path / "page.html"
+    argv = ["explain", "--store", str(store), "--run", "h1", "--doc-id", "h", "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert "scored again with" not in out.read_text()
+    assert cli.main([*argv, "--max-length", "16", "--methods", "raw"]) == 0
+    page = out.read_text()
+    assert "scored again with max_length 16 (the run&#x27;s: 24); methods raw (the run&#x27;s: raw,rollout)" in page
+
+
 def explain_tokens_of_head(model: Path, max_length: int) -> list[str]:
     tokenizer = load_model(str(model)).tokenizer
     return tokenizer.convert_ids_to_tokens(tokenizer(HOSTILE * 3, truncation=True, max_length=max_length)["input_ids"])

@@ -156,6 +156,17 @@ def explain_stored(
             "from words where doc_id = '...'\")"
         )
     label = None if pd.isna(doc.label) else int(doc.label)
+    # what was asked beside the run's own settings: the page says so (it claimed to show the run's scores)
+    changed = [
+        f"{name} {given} (the run's: {own})"
+        for name, given, own in (
+            ("model", model, saved.model),
+            ("max_length", max_length, saved.max_length),
+            ("methods", ",".join(methods or []) or None, ",".join(saved.methods)),
+        )
+        if given is not None and str(given) != str(own)
+    ]
+    source = f"run {run['run_id']} of store {store}" + (f", scored again with {'; '.join(changed)}" if changed else "")
     return explain_text(
         doc.text,
         model or saved.model,
@@ -165,7 +176,7 @@ def explain_stored(
         options,
         str(doc_id),
         label,
-        source=f"run {run['run_id']} of store {store}",
+        source=source,
         store=store,
         fingerprint=fingerprint,
     )
