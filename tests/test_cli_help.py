@@ -182,3 +182,23 @@ def test_an_empty_resume_id_is_refused_not_a_new_run(run_id, tmp_path, capsys):
     assert cli.main(["run", "--resume", run_id, "--store", str(tmp_path)]) == 2
     assert "--resume needs the id of the unfinished run" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing started, nothing written
+
+
+def test_every_command_takes_quiet_after_its_name_too():
+    """`run -q`, `evaluate -q` and `report -q` were taken; `topk -q`, `sql -q` and `explain -q` were
+    "unrecognized arguments"."""
+    from xai_ray.cli.main import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert {"run", "topk", "sql", "explain", "report", "nightly", "schedule", "submit"} <= set(commands)
+    for name, command in commands.items():
+        assert "-q" in command._option_string_actions, name
+
+
+@pytest.mark.parametrize("command", [["report", "--store", "s"], ["explain", "--model", "minilm", "a text"]])
+def test_an_empty_out_is_refused_by_name(command, capsys):
+    """`report --out ''` said "--out '.' is a folder"."""
+    with pytest.raises(SystemExit) as caught:
+        cli.main([*command, "--out", ""])
+    assert caught.value.code == 2 and "argument --out: must not be empty" in capsys.readouterr().err

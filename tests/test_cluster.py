@@ -314,6 +314,10 @@ def test_submit_refuses_outputs_that_would_vanish_with_the_job(tmp_path, capsys)
         == 2
     )
     assert "needs the Jobs API's URL, with its scheme: http://127.0.0.1:8265" in capsys.readouterr().err
+    # a scheme the Jobs API is not reached by: named, not "is the head up?"
+    argv = ["submit", offline, "--set", "store=/tmp/s", "--set", "data=/d.parquet", "--address", "ftp://127.0.0.1:1"]
+    assert cli.main(argv) == 2
+    assert "has the scheme 'ftp'; the Ray Jobs API is reached over http:// or https://" in capsys.readouterr().err
     # a cluster that is not there: one sentence, not a traceback
     assert (
         cli.main(

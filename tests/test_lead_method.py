@@ -116,3 +116,19 @@ def test_a_method_without_layers_shows_its_agreement_beside_its_faithfulness():
     )
     shown = with_beside(board, summary)
     assert shown["auprc"].tolist() == ["0.579 [0.500, 0.650] (1.16x random)", "0.400 [0.300, 0.500] (0.80x random)"]
+
+
+def test_the_documented_fallback_order_is_the_codes():
+    """reports/default.yaml and docs/sql.md listed the order without globenc and lrp."""
+    import re
+    from pathlib import Path
+
+    from xai_ray.report.leaderboard import PRIOR
+
+    root = Path(__file__).resolve().parents[1]
+    spelled = ", ".join(PRIOR)
+    comment = " ".join(
+        line.lstrip("# ").strip() for line in (root / "reports" / "default.yaml").read_text().splitlines()
+    )
+    assert spelled in re.sub(r"\s+", " ", comment)
+    assert spelled in re.sub(r"\s+", " ", (root / "docs" / "sql.md").read_text())

@@ -15,7 +15,7 @@ import os
 import sys
 
 from xai_ray import __version__
-from xai_ray.cli import jobs, reading, scoring
+from xai_ray.cli import flags, jobs, reading, scoring
 from xai_ray.config import ConfigError
 
 
@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     scoring.add_parsers(sub)
     reading.add_parsers(sub)
     jobs.add_parsers(sub)
+    for command in sub.choices.values():  # `xai-ray topk -q` as `xai-ray -q topk`, for every command
+        if "-q" not in command._option_string_actions:
+            flags.add_quiet(command)
     return parser
 
 

@@ -32,7 +32,9 @@ def add_parsers(sub) -> None:
         "attn_x_grad, integrated_gradients, norm_rollout, globenc, norm, rollout, raw, ... whichever the run has first)",
     )
     top.add_argument("--layer", type=flags.whole(1), help="1-based layer (default: the model's last layer)")
-    top.add_argument("--k", type=flags.whole(1, 100_000), default=20, help="words listed per group (default: 20)")
+    top.add_argument(
+        "--k", type=flags.whole(1, 100_000), default=20, help="words listed per group, 1 to 100000 (default: 20)"
+    )
     top.add_argument(
         "--stat",
         choices=["lift", "share"],
@@ -67,8 +69,10 @@ def add_parsers(sub) -> None:
     rep = sub.add_parser("report", help="write a self-contained HTML report of a run")
     flags.add_store(rep)
     flags.add_run_id(rep)
-    rep.add_argument("--out", required=True, help="the HTML file to write (required)")
-    rep.add_argument("--k", type=flags.whole(1, 1000), help="words per top-k chart (default: the definition's k, 20)")
+    rep.add_argument("--out", required=True, type=flags.text, help="the HTML file to write (required)")
+    rep.add_argument(
+        "--k", type=flags.whole(1, 1000), help="words per top-k chart, 1 to 1000 (default: the definition's k, 20)"
+    )
     rep.add_argument("--definition", help="report definition YAML (default: reports/default.yaml)")
     rep.add_argument(
         "--format",
@@ -92,7 +96,7 @@ def add_parsers(sub) -> None:
     exp.add_argument("--store", type=flags.text, help="a store holding the review (with --doc-id; default: none)")
     exp.add_argument("--doc-id", dest="doc_id", help="the stored review's id (default: none)")
     exp.add_argument("--run", dest="run_id", help="the run it was scored in (default: the newest)")
-    exp.add_argument("--out", required=True, help="the HTML page to write (required)")
+    exp.add_argument("--out", required=True, type=flags.text, help="the HTML page to write (required)")
     exp.add_argument(
         "--max-length",
         type=flags.whole(3, 100_000),
@@ -189,7 +193,8 @@ def cmd_topk(args) -> int:
 
             run = pick_run(con, args.run_id)
             method, why = lead_method(con, run["run_id"], run["methods"].split(","))
-            print(f"xai-ray: method {method}: {why}", file=sys.stderr)
+            if not args.quiet:  # a note, not a warning: -q keeps the result only
+                print(f"xai-ray: method {method}: {why}", file=sys.stderr)
         frame = topk(
             con,
             args.run_id,

@@ -203,6 +203,12 @@ def check_address(address: str) -> None:
             f"--address {address!r} needs the Jobs API's URL, with its scheme: http://{address.removeprefix('//')} "
             "(the dashboard's port, 8265 by default; `ray dashboard cluster.yaml` tunnels it)"
         )
+    scheme = address.partition("://")[0].lower()
+    if scheme not in ("http", "https"):  # ftp:// was taken and answered "is the head up?"
+        raise SubmitError(
+            f"--address {address!r} has the scheme {scheme!r}; the Ray Jobs API is reached over http:// or https:// "
+            "(the dashboard's port, 8265 by default)"
+        )
 
 
 def connect(address: str):
