@@ -211,3 +211,12 @@ def test_a_hostile_jsonl_runs_to_the_end_with_ids_as_written(ray_cluster, tmp_pa
     assert reasons["word"].startswith("label 'pos'") and reasons["bool"].startswith("label 'true'")
     assert reasons["line-11"] == "line 11 is a JSON array, not an object"
     assert len(docs) + len(errors) == len(lines)  # rows in = docs + errors
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf16_csv_is_named_as_not_utf8(tmp_path, encoding):
+    """Its column list came out garbled ("columns: \\ufdd0ff\\ufdd0fei d ...") instead of naming the encoding."""
+    source = tmp_path / "c.csv"
+    pd.DataFrame({"id": ["a"], "text": ["a good film"], "label": [1]}).to_csv(source, index=False, encoding=encoding)
+    with pytest.raises(CorpusError, match=r"c.csv' is not UTF-8 text: .*save it as UTF-8"):
+        read_corpus(str(source))

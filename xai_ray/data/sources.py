@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from xai_ray.data import fields
-from xai_ray.data.text import CorpusError, open_text
+from xai_ray.data.text import INVALID_UTF8, CorpusError, open_text
 
 FOLDER_FORMATS = (".parquet", ".csv", ".jsonl")
 IMDB_LABELS = {"neg": 0, "pos": 1}
@@ -154,6 +154,12 @@ def _file_plan(args, files: list[Path]) -> SourcePlan:
 
 
 def _require_text_column(source, text_column: str, columns: list[str]) -> None:
+    if text_column not in columns and any(INVALID_UTF8 in str(c) or "\0" in str(c) for c in columns):
+        # a UTF-16 file (Excel's "Unicode text") read as UTF-8: its column list came out garbled
+        raise CorpusError(
+            f"{source!r} is not UTF-8 text: its header has bytes UTF-8 cannot hold (a UTF-16 file, as Excel's "
+            "'Unicode text' saves it?); save it as UTF-8"
+        )
     if text_column not in columns:
         raise CorpusError(
             f"{source!r} has no text column {text_column!r} (columns: {', '.join(map(str, columns))}); "
