@@ -399,19 +399,8 @@ class Explanation:
 
 # What of a run's settings a page is scored with beyond model, methods and max_length
 # (``report.explain.page_options``): every other keyword is refused.
-EXPLAIN_OPTIONS = (
-    "residual",
-    "head_fusion",
-    "discard_ratio",
-    "start_layer",
-    "target",
-    "ig_steps",
-    "ig_tolerance",
-    "long_text",
-    "window_stride",
-    "allow_pickle",
-    "trust_remote_code",
-)
+EXPLAIN_OPTIONS = ("residual", "head_fusion", "discard_ratio", "start_layer", "target", "ig_steps", "ig_tolerance")
+EXPLAIN_OPTIONS += ("long_text", "window_stride", "allow_pickle", "trust_remote_code")
 
 
 def explain(

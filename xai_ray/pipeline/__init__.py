@@ -226,8 +226,8 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
     except OSError as err:
         raise StoreError(
             f"run {run_id!r} is published with all its documents, but its {stage} could not be written "
-            f"({(err.strerror or type(err).__name__).lower()}); queries read the run as it is, and once there is "
-            f"room `xai-ray report --store {cfg.store} --run {run_id} --out report.html` writes its report"
+            f"({(err.strerror or type(err).__name__).lower()}); queries read the run as it is, and once that is "
+            f"mended `xai-ray report --store {cfg.store} --run {run_id} --out report.html` writes its report"
         ) from err
     return RunResult(run_id=run_id, run_dir=run_dir, manifest=manifest, report=out)
 
