@@ -35,6 +35,7 @@ CHANGED = {
     "start_layer": 2,
     "target": "label",
     "ig_steps": 16,
+    "ig_tolerance": 0.05,
     "heads": False,
     "heads_docs": 40,
     "heads_sample": 8,
@@ -90,6 +91,7 @@ def test_an_older_manifest_reads_with_its_meaning_kept():
     cfg = RunConfig.from_dict(saved)
     assert cfg.residual == "half"  # add was half under another name
     assert cfg.methods == ("raw",) and cfg.model == "m"
+    assert cfg.ig_tolerance == 0.0  # saved before the option: its path was never refined
 
 
 def test_changes_on_top_are_checked_like_any_value():
