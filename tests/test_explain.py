@@ -230,6 +230,9 @@ def test_a_stored_review_scored_with_other_settings_says_so(tiny_model_factory, 
     assert cli.main([*argv, "--max-length", "16", "--methods", "raw"]) == 0
     page = out.read_text()
     assert "scored again with max_length 16 (the run&#x27;s: 24); methods raw (the run&#x27;s: raw,rollout)" in page
+    model = tiny_model_factory(FAMILY)
+    assert cli.main([*argv, "--model", model + "/", "--methods", "rollout,raw", "--max-length", "24"]) == 0
+    assert "scored again with" not in out.read_text()  # the same settings, spelled otherwise
 
 
 def explain_tokens_of_head(model: Path, max_length: int) -> list[str]:

@@ -396,8 +396,9 @@ def test_a_second_configuration_in_one_store_is_refused(ray_cluster, tiny_bert_d
     run_nightly(cfg, "2026-04-01")
     other = replace(cfg, methods=("raw",))
     for date in ("2026-04-02", "2026-04-01"):  # a later night, and the same night again
-        with pytest.raises(NightlyError, match="holds nightly runs of another configuration"):
+        with pytest.raises(NightlyError, match="holds nightly runs of another configuration") as refused:
             run_nightly(other, date)
+        assert "which differs in methods: here ['raw'], there ['raw', 'rollout']" in str(refused.value)
     assert sorted(p.name for p in (store / "runs").iterdir()) == ["run_id=nightly-2026-04-01"]
     assert run_nightly(cfg, "2026-04-02").scored == 0  # the first configuration goes on
 

@@ -111,3 +111,18 @@ def test_the_nightly_key_of_a_manifest_is_the_key_of_its_config():
     assert manifest_key(manifest) == scoring_key(cfg, "abc")
     other = RunConfig(model="m", methods=("raw", "grad_rollout"), target=0, max_length=64, long_text="head")
     assert manifest_key(manifest) != scoring_key(other, "abc")  # another class explained: not comparable
+
+
+def test_a_run_staged_before_ig_tolerance_resumes_without_refining(tmp_path):
+    """Its parts' integrated gradients were never refined: resumed with the new default, the rest
+    were, and the manifest said every score was (33 of 60 reviews missed by more than 0.01)."""
+    from xai_ray.pipeline.resume import resume_config
+    from xai_ray.store import layout
+
+    staged = layout.staged_config(tmp_path, "old")
+    staged.parent.mkdir(parents=True)
+    settings = {"model": "minilm", "methods": ["raw", "integrated_gradients"], "store": str(tmp_path), "run_id": "old"}
+    staged.write_text(yaml.safe_dump(settings))
+    assert resume_config(str(tmp_path), "old").ig_tolerance == 0.0
+    staged.write_text(yaml.safe_dump({**settings, "ig_tolerance": 0.05}))
+    assert resume_config(str(tmp_path), "old").ig_tolerance == 0.05

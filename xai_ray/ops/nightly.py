@@ -112,7 +112,8 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
         if foreign:  # the union, the changes since last night and `latest` would mix two configurations
             raise NightlyError(
                 f"store {cfg.store!r} holds nightly runs of another configuration (another model, methods or "
-                f"options: {foreign[0]}, ...); give each nightly configuration its own store"
+                f"options: {foreign[0]}, ...{_differing(local, foreign[0], key)}); give each nightly configuration its "
+                "own store"
             )
         scored, published, counts = 0, run_id in store_layout.list_runs(local), None
         if published:
@@ -212,6 +213,18 @@ def matching_runs(local: Path, key: dict, through: str | None = None) -> list[st
     return sorted(
         run_id for run_id, night, same in _nights(local, key) if same and (through is None or night <= through)
     )
+
+
+def _differing(local: Path, run_id: str, key: dict) -> str:
+    """What of ``run_id``'s key differs from ``key``, as ", which differs in X (here A, there B)"."""
+    theirs = manifest_key(store_layout.read_manifest(store_layout.manifest_path(local, run_id)))
+    names = sorted(name for name in set(key) | set(theirs) if key.get(name) != theirs.get(name))
+    if not names:
+        return ""
+    said = "; ".join(f"{n}: here {key.get(n, 'not set')}, there {theirs.get(n, 'not set')}" for n in names)
+    if names == ["ig_tolerance"]:  # nights scored before the key never refined their paths
+        said += "; `ig_tolerance: 0` in this nightly config keeps the series"
+    return f", which differs in {said}"
 
 
 def other_runs(local: Path, key: dict) -> list[str]:

@@ -45,12 +45,16 @@ def resume_config(store: str, run_id: str, flags: dict | None = None, sets: list
     if moved:  # --set outranks flags: it started another run, elsewhere, and left this one unfinished
         raise ConfigError(f"--resume {run_id} finishes that run in its store; --set {moved[0]} cannot move it")
     flags = {**(flags or {}), "store": store, "run_id": run_id}
-    if not _staged_settings(saved):  # resolve would take every default: another corpus, another model
+    staged = _staged_settings(saved)
+    if not staged:  # resolve would take every default: another corpus, another model
         raise StoreError(
             f"the unfinished run {run_id!r} has no settings to resume with: {saved} is empty or not a YAML mapping; "
             "restore it, or start a new run with another --run-id"
         )
-    return resolve(saved, flags, sets)
+    cfg = resolve(saved, flags, sets)
+    if "ig_tolerance" not in staged:  # staged before the key: its parts' paths were never refined
+        cfg = replace(cfg, ig_tolerance=0.0)
+    return cfg
 
 
 def _staged_settings(path) -> dict | None:

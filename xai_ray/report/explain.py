@@ -145,6 +145,8 @@ def explain_stored(
     doc = found.iloc[0]
     options = page_options(saved)  # its model input cut as it was
     fingerprint = None
+    if model is not None and _same_model(model, saved.model):  # the run's own, named again: its checks too
+        model = None
     if model is None:  # the run's own model: the safety flags it was run with apply to it, its weights too
         fingerprint = manifest.get("model", {}).get("fingerprint")
     else:
@@ -159,12 +161,12 @@ def explain_stored(
     # what was asked beside the run's own settings: the page says so (it claimed to show the run's scores)
     changed = [
         f"{name} {given} (the run's: {own})"
-        for name, given, own in (
-            ("model", model, saved.model),
-            ("max_length", max_length, saved.max_length),
-            ("methods", ",".join(methods or []) or None, ",".join(saved.methods)),
+        for name, given, own, same in (
+            ("model", model, saved.model, _same_model),
+            ("max_length", max_length, saved.max_length, lambda a, b: int(a) == int(b)),
+            ("methods", ",".join(methods or []) or None, ",".join(saved.methods), _same_methods),
         )
-        if given is not None and str(given) != str(own)
+        if given is not None and not same(given, own)
     ]
     source = f"run {run['run_id']} of store {store}" + (f", scored again with {'; '.join(changed)}" if changed else "")
     return explain_text(
@@ -180,6 +182,18 @@ def explain_stored(
         store=store,
         fingerprint=fingerprint,
     )
+
+
+def _same_model(given: str, own: str) -> bool:
+    """The same model named two ways (``models/m/`` and ``models/m``; a folder by another path)."""
+    if given == own:
+        return True
+    found = [Path(name).expanduser() for name in (given, own)]
+    return all(path.exists() for path in found) and found[0].resolve() == found[1].resolve()
+
+
+def _same_methods(given: str, own: str) -> bool:
+    return set(given.split(",")) == set(own.split(","))
 
 
 def per_head_attention(scorer, text: str, tokens: list[str] | None = None):
