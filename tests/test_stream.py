@@ -198,3 +198,26 @@ def test_a_source_changed_between_the_passes_is_not_published(ray_cluster, tmp_p
     with pytest.raises(CorpusError, match="nothing was published"):
         write(None, cfg, "r", n_input=6, writer=open_writer(cfg, "r"), screened=screened)
     assert not layout.run_dir(store, "r").exists()
+
+
+def test_an_aclimdb_sources_reviews_are_watched_not_its_folder(tmp_path):
+    """The folder's own entry was watched: a review rewritten went unnoticed, and a note written
+    into the folder during the run threw the run away."""
+    import os
+
+    from xai_ray.data.source_files import changed_file, files_state
+
+    root = tmp_path / "aclImdb"
+    for folder, rating in (("pos", 9), ("neg", 2)):
+        (root / "train" / folder).mkdir(parents=True)
+        for i in range(3):
+            (root / "train" / folder / f"{i}_{rating}.txt").write_text(f"review {folder} {i}")
+    source = plan(str(root), "train")
+    before = files_state(source)
+    assert len(before) == 6
+    (root / "README.local").write_text("a note beside the reviews")
+    assert changed_file(before, source) is None
+    review = root / "train" / "pos" / "1_9.txt"
+    review.write_text("review pos 1")  # the same size: its modification time tells
+    os.utime(review, ns=(1, 1))
+    assert changed_file(before, source) == str(review)

@@ -17,11 +17,18 @@ from xai_ray.data.sources import SourcePlan
 
 
 def files_state(plan: SourcePlan) -> dict[str, tuple[int, int]]:
-    """Each local file or folder the plan's pieces read -> (size, modification time in ns); a
-    folder (an aclImdb split) by its own entry, which a file added or removed changes. A Hub
+    """Each local file the plan's pieces read -> (size, modification time in ns): a Parquet, CSV,
+    JSON Lines or tar file, or each review file an aclImdb piece lists (its folder's own entry
+    changes with a note written beside the reviews, and not with a review rewritten). A Hub
     dataset has none."""
+    paths = []
+    for piece in plan.pieces:
+        if piece.kind == "aclimdb":  # part: the reviews' names below the root
+            paths += [str(Path(piece.path) / name) for name in piece.part]
+        elif piece.kind != "hub":
+            paths.append(piece.path)
     state = {}
-    for path in dict.fromkeys(piece.path for piece in plan.pieces if piece.kind != "hub"):
+    for path in dict.fromkeys(paths):
         try:
             stat = Path(path).stat()
         except OSError:  # gone: differs from any state it had
