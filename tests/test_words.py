@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import numpy as np
 import pytest
@@ -296,22 +297,32 @@ def test_a_word_that_shows_nothing_joins_the_next_word_or_the_one_before_at_the_
     assert visible_word_ids([None, 0, None], [(0, 0), (0, 1), (0, 0)], "a") == [None, 0, None]  # specials stay
 
 
-def test_a_word_of_combining_marks_joins_the_word_before_it():
-    """Byte-level BPE's pre-tokenizer makes the U+0301 of a decomposed "cafe\u0301" a word of its own."""
+def test_words_a_combining_mark_cut_are_joined_again():
+    """Byte-level BPE's pre-tokenizer cuts a word at each combining mark: the U+0301 of a decomposed
+    "cafe\u0301" was a word of its own, "re\u0301sume\u0301" four words, Hindi, Thai and Arabic
+    with vowel marks several. Pieces that touch with a mark at the seam are one word; a mark
+    after a space stays apart."""
     from xai_ray.words import visible_word_ids
 
-    text = "cafe\u0301 ok"
-    assert visible_word_ids([0, 1, 2], [(0, 4), (4, 5), (6, 8)], text) == [0, 0, 2]
-    assert visible_word_ids([0, 1], [(0, 1), (1, 3)], "\u0301ok") == [1, 1]  # none before: the next word
-    # a mark after a line break has no letter of its own: it joins the next word, as the break does
-    assert visible_word_ids([0, 1, 2, 3], [(0, 2), (2, 3), (3, 4), (4, 6)], "ab\n\u0301cd") == [0, 3, 3, 3]
-    assert visible_word_ids([0, 1], [(0, 1), (1, 2)], "\u00e9\u00e8") == [0, 1]  # composed letters are shown
+    assert visible_word_ids([0, 1, 2], [(0, 4), (4, 5), (6, 8)], "cafe\u0301 ok") == [0, 0, 2]
+    resume = "re\u0301sume\u0301 ok"  # re | \u0301 | sume | \u0301 | ok
+    offsets = [(0, 2), (2, 3), (3, 7), (7, 8), (9, 11)]
+    assert visible_word_ids([0, 1, 2, 3, 4], offsets, resume) == [0, 0, 0, 0, 4]
+    hindi = "\u0926\u094b\u0938\u094d\u0924"  # do | s + virama | t: one word, cut after each mark
+    assert visible_word_ids([0, 1, 2], [(0, 2), (2, 4), (4, 5)], hindi) == [0, 0, 0]
+    assert visible_word_ids([0, 1, 2], [(0, 4), (5, 6), (7, 10)], "good \u0301 bad") == [0, 1, 2]  # apart
+    # a line break, then a mark: the break joins the next word that shows something, the mark's too
+    assert visible_word_ids([0, 1, 2, 3], [(0, 2), (2, 3), (3, 4), (4, 6)], "ab\n\u0301cd") == [0, 2, 2, 2]
+    assert visible_word_ids([0, 1], [(0, 1), (1, 2)], "\u00e9\u00e8") == [0, 1]  # composed letters: no mark
 
 
-def test_a_roberta_review_with_a_decomposed_accent_keeps_it_on_its_word(scorer_factory):
-    rows = scorer_factory("roberta")({"doc_id": ["a"], "text": ["the cafe\u0301 was good"], "label": [1]})
+def test_a_roberta_review_with_decomposed_accents_keeps_its_words_whole(scorer_factory):
+    text = "cafe\u0301 re\u0301sume\u0301 nai\u0308ve"  # short: the tiny model's input is cut at 16 tokens
+    rows = scorer_factory("roberta")({"doc_id": ["a"], "text": [text], "label": [1]})
     words = rows.column("words").to_pylist()[0]
-    assert "cafe\u0301" in words and "\u0301" not in words, words
+    for word in ("re\u0301sume\u0301", "nai\u0308ve", "cafe\u0301"):
+        assert word in words, words
+    assert not [w for w in words if unicodedata.category(w[0]).startswith("M")], words
     shares = np.asarray(rows.column("word_scores_rollout").to_pylist()[0]).reshape(-1, len(words))
     np.testing.assert_allclose(shares.sum(axis=1), 1.0, atol=1e-5)
 

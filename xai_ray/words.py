@@ -22,42 +22,46 @@ TAIL = re.compile(r"['\u2019]\w+")  # a byte-level BPE piece such as 't or 's
 SPACES = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)
 
 
-# What a token's offsets cover (``blank_tokens``): something to show, white space alone, or
-# combining marks (with or without white space) and no base character.
-SHOWN, BLANK, MARK = 0, 1, 2
+# What a token's offsets cover (``blank_tokens``): BLANK, white space alone; SEAM, a token that
+# touches the one before it with a combining mark at the seam (the second half of a word that
+# byte-level BPE cut at a mark: "re|\u0301|sume|\u0301", Hindi, Thai, Arabic with its vowel marks).
+SHOWN, BLANK, SEAM = 0, 1, 4
 
 
 def blank_tokens(offsets, text: str) -> np.ndarray | None:
-    """(tokens,) uint8, per token of ``text``: BLANK where its ``offsets`` cover no character but
-    white space (none at all, as byte-level BPE's lone "Ġ" of a trailing or doubled space; tabs,
-    line breaks), MARK where they cover combining marks and nothing else but white space (byte-level
-    BPE makes the U+0301 of a decomposed ``café`` a word of its own), else SHOWN. None for a text no
-    encoder takes (a lone surrogate: screening refuses it anyway)."""
+    """(tokens,) uint8 bits, per token of ``text``: BLANK where its ``offsets`` cover no character
+    but white space (none at all, as byte-level BPE's lone "Ġ" of a trailing or doubled space;
+    tabs, line breaks); SEAM where it starts where the token before it ends and a combining mark
+    ends that one or starts this one; else SHOWN. None for a text no encoder takes (a lone
+    surrogate: screening refuses it anyway)."""
     try:
         points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)  # (characters,)
     except UnicodeEncodeError:
         return None
-    space = np.isin(points, SPACES)  # (characters,)
     spans = np.clip(np.asarray(offsets, dtype=np.int64).reshape(-1, 2), 0, len(points))  # (tokens, 2)
-    solid = np.concatenate([[0], np.cumsum(~space)])  # non-space characters before each
+    solid = np.concatenate([[0], np.cumsum(~np.isin(points, SPACES))])  # non-space characters before each
     kinds = np.where(solid[spans[:, 1]] - solid[spans[:, 0]] == 0, BLANK, SHOWN).astype(np.uint8)
-    if not text.isascii():
-        mark = np.zeros(len(points), dtype=bool)
-        wide = np.flatnonzero(points >= 0x300)  # no combining mark comes before U+0300
-        mark[wide] = [unicodedata.category(chr(c)).startswith("M") for c in points[wide]]
-        base = np.concatenate([[0], np.cumsum(~space & ~mark)])  # characters neither space nor mark before each
-        only_marks = (base[spans[:, 1]] - base[spans[:, 0]] == 0) & (kinds == SHOWN)
-        kinds[only_marks] = MARK
+    if text.isascii() or len(spans) < 2:  # no mark to find (most reviews)
+        return kinds
+    mark = np.zeros(len(points) + 1, dtype=bool)  # (characters + 1,): the last is past the text
+    wide = np.flatnonzero(points >= 0x300)  # no combining mark comes before U+0300
+    mark[wide] = [unicodedata.category(chr(c)).startswith("M") for c in points[wide]]
+    before, this = spans[:-1], spans[1:]  # (tokens - 1, 2) each: each token beside the one before it
+    touching = (this[:, 0] == before[:, 1]) & (before[:, 1] > before[:, 0]) & (this[:, 1] > this[:, 0])
+    at_seam = mark[np.maximum(before[:, 1] - 1, 0)] | mark[this[:, 0]]
+    solid_pair = (kinds[:-1] != BLANK) & (kinds[1:] != BLANK)
+    kinds[1:][touching & at_seam & solid_pair] |= SEAM
     return kinds
 
 
 def join_blank_words(word_ids: list, blank) -> list:
     """``word_ids`` with each word whose tokens are all ``blank`` (``blank_tokens``: white space,
     or bool True) joined to the next word that shows something (the one before, where none follows),
-    and each word of combining marks right after a word that shows something to that word: such
-    a word had a row of its own with an empty text, or a lone accent, and took a share of the
-    review's score (0.2 to 0.5 of rollout's on a RoBERTa review with line breaks). Where every word
-    is blank, or none is, the ids come back as they were."""
+    and the words a combining mark cut joined again (a token marked SEAM joins its word to the word
+    of the token before it): a word of white space had a row of its own with an empty text and
+    took a share of the review's score (0.2 to 0.5 of rollout's on a RoBERTa review with line
+    breaks); ``résumé`` with decomposed accents was four words. Where no word needs it, the ids come
+    back as they were."""
     n = len(word_ids)
     if not n or blank is None:
         return word_ids
@@ -67,18 +71,20 @@ def join_blank_words(word_ids: list, blank) -> list:
     if not worded.any():
         return word_ids
     size = int(ids.max()) + 1
+    target = np.arange(size)  # (words,): the word each word joins
+    seams = np.flatnonzero((kinds[1:] & SEAM).astype(bool) & worded[1:] & worded[:-1]) + 1
+    for t in seams:  # in order: a word cut twice ("re|\u0301|sume") joins its first part
+        if ids[t] != ids[t - 1]:
+            target[target == target[ids[t]]] = target[ids[t - 1]]
     present = np.bincount(ids[worded], minlength=size) > 0  # (words,)
-    visible = np.bincount(ids[worded & (kinds == SHOWN)], minlength=size) > 0
-    if not (present & ~visible).any() or not visible.any():
+    visible = np.bincount(ids[worded & ((kinds & BLANK) == 0)], minlength=size) > 0
+    if (present & ~visible).any() and visible.any():
+        seen = np.flatnonzero(visible)
+        after = np.searchsorted(seen, np.arange(size))  # the first visible word at or after each
+        blank_to = seen[np.minimum(after, len(seen) - 1)]  # past the last visible word: that word
+        target = np.where(visible, target, target[blank_to])
+    if (target == np.arange(size)).all():
         return word_ids
-    marked = np.bincount(ids[worded & (kinds == MARK)], minlength=size) > 0  # a word with a mark, nothing shown
-    seen = np.flatnonzero(visible)
-    words = np.arange(size)
-    after = np.searchsorted(seen, words)  # the first visible word at or after each, len(seen) where none
-    target = seen[np.minimum(after, len(seen) - 1)]  # past the last visible word: that word
-    # marks right after a word that shows something are that word's (a mark after a line break is not)
-    mark_on = marked & np.concatenate([[False], visible[:-1]])
-    target = np.where(mark_on, words - 1, target)
     joined = np.where(worded, target[np.maximum(ids, 0)], -1)
     return [None if w < 0 else int(w) for w in joined]
 
