@@ -327,6 +327,7 @@ def test_a_run_sent_sigterm_says_so_keeps_its_parts_and_resumes(ray_cluster, tmp
             pass
     said = (tmp_path / "driver.log").read_text()
     assert "xai-ray: terminated (SIGTERM) (a run keeps its committed parts" in said, said[-2000:]
+    assert f"`xai-ray run --resume {run_id} --store {store}` finishes it" in said  # its own id, not a placeholder
     assert "Traceback" not in said
     assert list(parts.glob("part-*.json")) and not (store / "runs" / f"run_id={run_id}").exists()
     assert cli.main(["run", "--resume", run_id, "--store", str(store), "--no-report"]) == 0

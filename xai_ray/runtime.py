@@ -126,6 +126,22 @@ def one_run_only() -> bool:
     return bool(_process.get("one_run"))
 
 
+def note_run(store: str, run_id: str) -> None:
+    """The run this process is making: a stopped command names it in its resume hint."""
+    _process["run"] = (str(store), str(run_id))
+
+
+def forget_run() -> None:
+    """No run noted (a command starts: an earlier command's run is not its own)."""
+    _process.pop("run", None)
+
+
+def resume_hint() -> str:
+    """How to finish the run this process was making (``note_run``), placeholders where none was noted."""
+    store, run_id = _process.get("run", ("STORE", "RUN_ID"))
+    return f" (a run keeps its committed parts: `xai-ray run --resume {run_id} --store {store}` finishes it)"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM in a one-run process (``timeout``, systemd, ``docker stop``, ``kill``): stopped as
     Ctrl-C stops it, its committed parts kept, and the command says so."""

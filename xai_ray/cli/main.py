@@ -50,9 +50,9 @@ def ray_failure(err: BaseException, command: str) -> str | None:
     exceptions = getattr(ray, "exceptions", None)
     if exceptions is None or not isinstance(err, exceptions.RayError) or isinstance(err, exceptions.RayTaskError):
         return None
-    hint = " (a run keeps its committed parts: `xai-ray run --resume RUN_ID --store STORE` finishes it)" * (
-        command == "run"
-    )
+    from xai_ray.runtime import resume_hint
+
+    hint = resume_hint() if command == "run" else ""
     return f"xai-ray: Ray failed under the {command} command ({type(err).__name__}: {first_line(err)}){hint}; -v shows where"
 
 
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:  # the terminal shows what the flags ask for ...
         handler.setLevel(level)
     logging.getLogger("xai_ray").setLevel(min(level, logging.INFO))  # ... a run's log file keeps INFO under -q
+    from xai_ray.runtime import forget_run
+
     try:
         return COMMANDS[args.command](args)
     except _user_errors() as err:
@@ -105,10 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         from xai_ray.runtime import Terminated, was_terminated
 
         if isinstance(err, Terminated) or was_terminated():
-            hint = " (a run keeps its committed parts: `xai-ray run --resume RUN_ID --store STORE`)" * (
-                args.command == "run"
-            )
-            print(f"xai-ray: terminated (SIGTERM){hint}", file=sys.stderr)
+            from xai_ray.runtime import resume_hint
+
+            print(f"xai-ray: terminated (SIGTERM){resume_hint() if args.command == 'run' else ''}", file=sys.stderr)
             return 143
         print("xai-ray: interrupted", file=sys.stderr)
         return 130
@@ -121,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         if err.errno == errno.ENOSPC:  # a disk filled up mid-run: what was committed stays
             # the resume hint only where a run was writing (sql > /dev/full got it too)
-            hint = (
-                " (a run keeps its committed parts: `xai-ray run --resume RUN_ID --store STORE` finishes it)"
-                if args.command in ("run", "nightly")
-                else ""
-            )
+            from xai_ray.runtime import resume_hint
+
+            hint = resume_hint() if args.command == "run" else ""
+            if args.command == "nightly":
+                hint = " (the night's committed parts are kept: the same `xai-ray nightly` again finishes it)"
             print(f"xai-ray: no space left on the device; free some and run the command again{hint}", file=sys.stderr)
             return 2
         if err.filename is None:  # not about a path the user named: a real fault, keep its traceback
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(said, file=sys.stderr)
         return 1
+    finally:
+        forget_run()  # said by now: a later call in this process (a notebook, a test) has its own
 
 
 def console() -> int:

@@ -88,6 +88,7 @@ def run(cfg: RunConfig) -> RunResult:
         )
     started = time.perf_counter()
     cfg = replace(cfg, run_id=cfg.run_id or new_run_id())
+    runtime.note_run(cfg.store, cfg.run_id)  # a command stopped from here on names it in its resume hint
     created = _folders_to_create(layout.run_log(cfg.store, cfg.run_id).parent)
     check_store(cfg.store)  # before the log file goes into it
     if layout.run_dir(cfg.store, cfg.run_id).is_dir():  # before its log is touched: a refusal removes that
