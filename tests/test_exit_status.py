@@ -140,7 +140,8 @@ def test_ray_failing_under_a_run_is_one_sentence_with_the_resume_hint(ray_cluste
 
 def test_a_disk_full_after_publishing_says_the_run_is_whole(ray_cluster, tmp_path, tiny_bert_dir, capsys, monkeypatch):
     """The disk filled while the aggregates were written, after the run was published: the command
-    sent the user to `--resume`, which then refused ("already complete; nothing to resume")."""
+    sent the user to `--resume`, which then refused ("already complete; nothing to resume"). Now
+    the run is said to be whole, and `--resume` writes its aggregates and report, scoring nothing."""
     import errno
 
     from xai_ray import pipeline
@@ -150,8 +151,27 @@ def test_a_disk_full_after_publishing_says_the_run_is_whole(ray_cluster, tmp_pat
 
     monkeypatch.setattr(pipeline, "aggregate", full)  # the disk filling up at that stage
     data = _corpus(tmp_path / "some.parquet", ["the film was good", "bad movie"])
-    assert cli.main([*_run(tmp_path, data, tiny_bert_dir), "--run-id", "r"]) == 2
+    with_report = [arg for arg in _run(tmp_path, data, tiny_bert_dir) if arg != "--no-report"]
+    assert cli.main([*with_report, "--run-id", "r"]) == 2
     err = capsys.readouterr().err
     assert "xai-ray: run 'r' is published with all its documents, but its aggregates could not be written" in err
-    assert "no space left on device" in err and "--resume" not in err
-    assert (tmp_path / "store" / "runs" / "run_id=r" / "manifest.json").is_file()
+    assert "no space left on device" in err
+    assert f"`xai-ray run --resume r --store {tmp_path / 'store'}` writes what it lacks" in err
+    run_dir = tmp_path / "store" / "runs" / "run_id=r"
+    assert (run_dir / "manifest.json").is_file()
+    assert not (run_dir / "aggregates").exists() and not (run_dir / "report.html").exists()
+    manifest = (run_dir / "manifest.json").read_bytes()
+
+    monkeypatch.undo()  # the disk mended
+    assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "run r: already published with 2 documents and 0 errors; its aggregates and report written now" in out
+    assert (run_dir / "aggregates" / "word_totals.parquet").is_file() and (run_dir / "report.html").is_file()
+    assert (run_dir / "manifest.json").read_bytes() == manifest  # nothing scored or published again
+    (run_dir / "aggregates" / "report_topk_all.parquet").unlink()  # a stage stopped part way: one file missing
+    assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 0
+    assert "its aggregates written now" in capsys.readouterr().out
+    assert (run_dir / "aggregates" / "report_topk_all.parquet").is_file()
+    # a run that lacks nothing still says so
+    assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 2
+    assert "is already complete; nothing to resume" in capsys.readouterr().err

@@ -95,6 +95,9 @@ def cmd_run(args) -> int:
                 "--config and another --run-id cannot be given with it"
             )
         given = {k: v for k, v in given.items() if k not in ("store", "run_id")}
+        finished = _finish_published(args.store or "store", args.resume)
+        if finished is not None:  # published, but its aggregates or report were never written
+            return finished
         cfg = pipeline.resume_config(args.store or "store", args.resume, given, args.sets)
     else:
         cfg = config.resolve(args.config, given, args.sets)
@@ -110,6 +113,29 @@ def cmd_run(args) -> int:
     if result.report:
         print(f"report: {result.report}")
     return flags.exit_status(counts, cfg.max_error_share)
+
+
+def _finish_published(store: str, run_id: str) -> int | None:
+    """A published run's missing aggregates and report, written (``pipeline.finish_published``);
+    None where that is not what ``--resume`` asks for (an unfinished run, or a run lacking nothing)."""
+    import os
+
+    from xai_ray import pipeline
+    from xai_ray.store import remote
+
+    if not run_id.strip() or remote.is_uri(store):
+        return None
+    finished = pipeline.finish_published(os.path.expanduser(store), run_id)
+    if finished is None:
+        return None
+    counts = finished["manifest"]["counts"]
+    print(
+        f"run {run_id}: already published with {counts['docs']} documents and {counts['errors']} errors; "
+        f"its {' and '.join(finished['written'])} written now"
+    )
+    if finished["report"]:
+        print(f"report: {finished['report']}")
+    return 0
 
 
 def cmd_evaluate(args) -> int:

@@ -25,6 +25,7 @@ from xai_ray.model.loading import describe_model
 from xai_ray.model.structure import check_structure
 from xai_ray.pipeline import pool
 from xai_ray.pipeline.batches import count_of, even_batch, order_corpus, scorer_input
+from xai_ray.pipeline.finishing import aggregate, finish_published, report
 from xai_ray.pipeline.pool import actor_gpus, start_actors
 from xai_ray.pipeline.resume import no_manifest, resume_config
 from xai_ray.pipeline.writing import (
@@ -45,6 +46,7 @@ from xai_ray.store.writer import RunWriter, check_store
 log = logging.getLogger("xai_ray")
 __all__ = [
     "IDENTITY_KEYS",
+    "finish_published",
     "resume_config",
     "open_writer",
     "resolved",
@@ -228,7 +230,7 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
         raise StoreError(
             f"run {run_id!r} is published with all its documents, but its {stage} could not be written "
             f"({(err.strerror or type(err).__name__).lower()}); queries read the run as it is, and once that is "
-            f"mended `xai-ray report --store {cfg.store} --run {run_id} --out report.html` writes its report"
+            f"mended `xai-ray run --resume {run_id} --store {cfg.store}` writes what it lacks"
         ) from err
     return RunResult(run_id=run_id, run_dir=run_dir, manifest=manifest, report=out)
 
@@ -352,32 +354,3 @@ def score(rows, cfg: RunConfig):
         )
     log.info("scoring %d documents on %d actor(s), %g GPU each", n_docs, actors, gpus)
     return scored
-
-
-def aggregate(store: str | Path, run_id: str, k: int = 20) -> dict:
-    """Stage 5: the run's corpus-wide aggregates, kept beside it for the report, and its headline
-    numbers and top words (of the method the run's leaderboard ranks best: report.leaderboard) for the log."""
-    from xai_ray.query.connection import open_store, pick_run, run_named
-    from xai_ray.query.top_words import topk
-    from xai_ray.query.word_totals import keep_word_totals
-    from xai_ray.report.aggregates import keep_aggregates
-    from xai_ray.report.definition import DEFAULTS
-    from xai_ray.report.leaderboard import lead_method
-
-    keep_word_totals(store, run_id)  # first: the report's top words are ranked from them
-    keep_aggregates(store, run_id)
-    con = open_store(store, run=run_id)
-    run = pick_run(con, run_id)
-    summary = run_named(con, "summary", run_id=run_id).iloc[0].to_dict()
-    methods = run["methods"].split(",")
-    method, _ = lead_method(con, run_id, methods)
-    # The report's defaults (wordstats): lift, wordstats.default_min_docs, punctuation left out.
-    top = topk(con, run_id=run_id, method=method, k=k, exclude=DEFAULTS["exclude"])
-    return {**summary, "method": method, "top_words": top["word"].tolist()[:10]}
-
-
-def report(store: str | Path, run_id: str, out: str | Path) -> Path:
-    """Stage 6: one self-contained HTML report of the run."""
-    from xai_ray.report.page import build_report
-
-    return build_report(store, run_id, out)

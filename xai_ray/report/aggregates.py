@@ -70,3 +70,12 @@ def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dic
         if not summary.empty:  # a run without --evaluate keeps nothing
             kept.append(write_aggregate(store, ctx.run_id, SUMMARY, SUMMARY_PARAMS, summary))
     return kept
+
+
+def missing_aggregates(store: str | Path, run_id: str) -> list[str]:
+    """The aggregates ``keep_aggregates`` would keep for the run (default definition) whose file is
+    not there: a run whose aggregate stage stopped part way (a full disk)."""
+    from xai_ray.store.layout import aggregate_file
+
+    ctx = context(store, run_id, load_definition(None), None)
+    return [name for name, _ in planned(ctx) if not aggregate_file(store, ctx.run_id, name).is_file()]
