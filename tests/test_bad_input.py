@@ -95,6 +95,24 @@ def test_invalid_utf8_rows_are_quarantined_and_the_rest_read_exactly(tmp_path, k
     assert rejected.doc_id.tolist() == ["b"] and "not valid UTF-8" in rejected.reason[0]
 
 
+def test_a_text_of_line_breaks_alone_is_named_as_such(tmp_path):
+    """A review of `<br />` tags alone was refused as "empty or whitespace only": true of the text
+    clean_html leaves, not of the file's. Kept with clean_html off, where the tags are its words."""
+    source = tmp_path / "c.jsonl"
+    source.write_text(
+        '{"id": "a", "text": "<br /><BR/> <br>", "label": 1}\n'
+        '{"id": "b", "text": "fine<br />film", "label": 0}\n'
+        '{"id": "c", "text": "  ", "label": 0}\n'
+    )
+    kept, rejected = screen(read_corpus(str(source)), [0, 1])
+    reasons = dict(zip(rejected.doc_id, rejected.reason))
+    assert kept.text.tolist() == ["fine film"]
+    assert reasons["a"].startswith("text is HTML line breaks (<br />) and white space only: clean_html turns")
+    assert reasons["c"] == "text is empty or whitespace only"
+    kept, rejected = screen(read_corpus(str(source), clean_html=False), [0, 1])
+    assert kept.doc_id.tolist() == ["a", "b"] and rejected.doc_id.tolist() == ["c"]
+
+
 def _run(argv, capsys):
     status = cli.main(argv)
     err = capsys.readouterr().err

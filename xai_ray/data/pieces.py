@@ -263,6 +263,8 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: Piece, start: in
             value = escaped(value) if surrogate else value
             problems[i] = problems[i] or surrogate or not_utf8(value, wheres[i])
             texts.append(clean_text(value) if source.clean_html else value)
+            if problems[i] is None and value.strip() and not texts[-1].strip():
+                problems[i] = BREAKS_ONLY  # screening would call it empty, a text the file does not hold
         else:
             texts.append(None)
             if not fields.missing(value) and problems[i] is None and not isinstance(value, fields.JsonNumber):
@@ -280,6 +282,12 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: Piece, start: in
         ],
         schema=CHUNK,
     )
+
+
+BREAKS_ONLY = (
+    "text is HTML line breaks (<br />) and white space only: clean_html turns the breaks into spaces, "
+    "which leaves no word to score"
+)
 
 
 def _storable(values: list, problems: list, what: str) -> tuple[list, list]:
