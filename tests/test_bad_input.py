@@ -95,6 +95,18 @@ def test_invalid_utf8_rows_are_quarantined_and_the_rest_read_exactly(tmp_path, k
     assert rejected.doc_id.tolist() == ["b"] and "not valid UTF-8" in rejected.reason[0]
 
 
+def test_a_row_without_an_id_is_not_named_as_a_real_id():
+    """A row without an id is named by its row (``row-0``); a real row with that very id made
+    ``errors`` and ``docs`` hold one id for two rows. The missing one is now told apart."""
+    corpus = pd.DataFrame(
+        {"doc_id": [None, "row-0", "row-1", None], "text": ["a", "b", "", "d"], "label": [1, 0, 1, 0]}
+    )
+    kept, rejected = screen(corpus, [0, 1])
+    assert kept.doc_id.tolist() == ["row-0"]
+    assert rejected.doc_id.tolist() == ["row-0 (no id)", "row-1", "row-3"]  # row-3: nobody's id, kept as it was
+    assert rejected.reason.tolist()[0].startswith("doc_id is missing")
+
+
 def test_a_text_of_line_breaks_alone_is_named_as_such(tmp_path):
     """A review of `<br />` tags alone was refused as "empty or whitespace only": true of the text
     clean_html leaves, not of the file's. Kept with clean_html off, where the tags are its words."""

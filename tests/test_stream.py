@@ -22,7 +22,8 @@ CLASSES = [0, 1]
 
 def test_verdicts_of_a_hand_worked_table():
     """First row without a problem wins; earlier bad rows keep their own reason, later rows of a
-    kept id are duplicates whatever else is wrong with them; a missing id never joins an id."""
+    kept id are duplicates whatever else is wrong with them; a missing id never joins an id, and
+    its row's name is not one a real id holds."""
     rows = pa.table(
         {
             "pos": pa.array([0, 1, 2, 3, 4, 5, 6, 7, 8], pa.int64()),
@@ -48,7 +49,7 @@ def test_verdicts_of_a_hand_worked_table():
         (1, REJECTED, "b", "text is null"),
         (2, DUPLICATE, "a", "duplicate doc_id: row 2 repeats the id of row 0, which is kept"),
         (4, DUPLICATE, "b", "duplicate doc_id: row 4 repeats the id of row 3, which is kept"),
-        (5, REJECTED, "row-5", "missing"),
+        (5, REJECTED, "row-5 (no id)", "missing"),  # told apart from the real id "row-5" of row 8
         (6, DONE, "d", None),
         (7, UNCHANGED, "e", None),
     ]  # rows 0 (a), 3 (b) and 8 (a real id "row-5") are scored

@@ -50,6 +50,10 @@ def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFra
             keep.append(row)
         else:
             rejected.append({"doc_id": doc_id, "stage": "read", "reason": reason})
+    named = {ids[i] for i in keep} | {r["doc_id"] for r in rejected if not r["reason"].startswith(MISSING_ID)}
+    for r in rejected:
+        if r["reason"].startswith(MISSING_ID) and r["doc_id"] in named:
+            r["doc_id"] = unclashed(r["doc_id"])
     kept = corpus.assign(label=pd.array(labels, dtype="Int64")).iloc[keep]
     kept = kept.drop(columns=["problem", "label_name"], errors="ignore")
     kept["doc_id"] = [ids[i] for i in keep]
@@ -59,6 +63,12 @@ def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFra
 
 MISSING_ID = "doc_id is missing"
 NO_LABELS = "use --set label_column=none to score without labels"
+
+
+def unclashed(name: str) -> str:
+    """The name of a row without an id (``row-N``) where a row of the corpus has that very id:
+    ``errors`` would otherwise hold a row that reads as the other's."""
+    return f"{name} (no id)"
 
 
 def duplicate(row: int, first: int) -> str:
@@ -182,7 +192,10 @@ def verdicts(rows: pa.Table) -> pa.Table:
     reasons = rows.column("reason").to_pylist()
     for i in np.nonzero(verdict == DUPLICATE)[0]:
         reasons[i] = duplicate(int(pos[i]), int(first_pos[i]))
-    out = pa.Table.from_arrays(
-        [pa.array(pos), pa.array(verdict), rows.column("doc_id"), pa.array(reasons, pa.string())], schema=VERDICTS
-    )
+    ids = rows.column("doc_id")
+    if missing.any():  # all rows of an id meet here (a bucket per id): a row-N name a real id holds is told apart
+        named = set(ids.filter(pa.array(~missing)).to_pylist())
+        names = ids.to_pylist()
+        ids = pa.array([unclashed(n) if m and n in named else n for n, m in zip(names, missing)], pa.string())
+    out = pa.Table.from_arrays([pa.array(pos), pa.array(verdict), ids, pa.array(reasons, pa.string())], schema=VERDICTS)
     return out.filter(pa.array(verdict != TODO)).sort_by("pos")
