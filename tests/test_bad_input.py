@@ -107,6 +107,23 @@ def test_a_row_without_an_id_is_not_named_as_a_real_id():
     assert rejected.reason.tolist()[0].startswith("doc_id is missing")
 
 
+def test_an_id_that_is_a_json_object_is_named_with_its_numbers_as_written(tmp_path):
+    """An object id is refused, named by its JSON text: its numbers were written as strings there."""
+    source = tmp_path / "c.jsonl"
+    source.write_text(
+        '{"id": {"a": 1, "b": [2.50, true, null]}, "text": "x", "label": 1}\n'
+        '{"id": [7], "text": "y", "label": 1}\n'
+        '{"id": "ok", "text": "z", "label": 1}\n'
+    )
+    kept, rejected = screen(read_corpus(str(source)), [0, 1])
+    assert kept.doc_id.tolist() == ["ok"]
+    assert rejected.doc_id.tolist() == ['{"a": 1, "b": [2.50, true, null]}', "[7]"]
+    assert rejected.reason.tolist() == [
+        "doc_id is an object, not a string or number",
+        "doc_id is an array, not a string or number",
+    ]
+
+
 def test_a_text_of_line_breaks_alone_is_named_as_such(tmp_path):
     """A review of `<br />` tags alone was refused as "empty or whitespace only": true of the text
     clean_html leaves, not of the file's. Kept with clean_html off, where the tags are its words."""

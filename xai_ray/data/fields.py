@@ -164,7 +164,22 @@ def id_text(value) -> tuple[str | None, str | None]:
         return str(value), None
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="backslashreplace"), None
-    return json.dumps(value, default=str)[:80], f"doc_id is a {json_kind(value)}, not a string or number"
+    kind = json_kind(value)
+    return written_json(value)[:80], f"doc_id is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a string or number"
+
+
+def written_json(value, depth: int = 0) -> str:
+    """``value`` (``parse_json``'s) as JSON text with each number as it was written: ``json.dumps``
+    quotes a ``JsonNumber`` (it is a str), so ``{"a": 1}`` read back as ``{"a": "1"}``."""
+    if depth > 8:  # only the first 80 characters are kept
+        return "..."
+    if isinstance(value, JsonNumber):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {written_json(v, depth + 1)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(written_json(v, depth + 1) for v in value) + "]"
+    return json.dumps(value, default=str)
 
 
 def label_value(value) -> tuple[int | None, str | None]:
