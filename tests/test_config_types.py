@@ -314,3 +314,25 @@ def test_a_resume_takes_its_runs_settings_and_nothing_that_would_move_it(tmp_pat
     for extra in (["--config", str(tmp_path / "y.yaml")], ["--run-id", "other"]):
         assert cli.main(["run", "--resume", "r", "--store", str(tmp_path), *extra]) == 2
         assert "--config and another --run-id cannot be given with it" in capsys.readouterr().err
+
+
+def test_local_paths_are_made_absolute_and_names_are_not(tmp_path, monkeypatch):
+    """Ray's workers read a relative path in Ray's folder, not the notebook's current one: a run
+    makes the corpus and model paths that name something here absolute; Hub ids, URIs and the
+    packaged model's name stay as given. A staging kept by an older version (the path as typed)
+    still resumes from the folder it was typed in."""
+    from xai_ray.config import RunConfig, absolute_paths, local_path
+    from xai_ray.store.staging import _same_setting
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "c.csv").write_text("id,text\n")
+    (tmp_path / "minilm").mkdir()  # a folder named like the packaged model does not shadow it
+    monkeypatch.chdir(tmp_path)
+    cfg = absolute_paths(RunConfig(data="c.csv", model="m"))
+    assert (cfg.data, cfg.model) == (str(tmp_path / "c.csv"), str(tmp_path / "m"))
+    assert absolute_paths(RunConfig(data="imdb", model="minilm")).model == "minilm"
+    assert local_path("imdb") == "imdb" and local_path("s3://bucket/c.csv") == "s3://bucket/c.csv"
+    assert local_path("bert-base-uncased") == "bert-base-uncased"
+    assert _same_setting("data", "c.csv", str(tmp_path / "c.csv"))
+    assert not _same_setting("data", "other.csv", str(tmp_path / "c.csv"))
+    assert not _same_setting("max_length", "128", 128)

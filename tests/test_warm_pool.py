@@ -88,7 +88,8 @@ def test_the_second_run_reuses_the_warm_actors(ray_cluster, tiny_bert_dir, tiny_
     assert after.docs()[["doc_id", "pred"]].equals(other.docs()[["doc_id", "pred"]])
 
     xai_ray.shutdown()
-    assert pool.current() is None and not ray_cluster.is_initialized()
+    assert pool.current() is None and not scorer_actors(ray_cluster)
+    assert ray_cluster.is_initialized()  # the Ray this module started (as a user's ray.init) stays up
 
 
 def test_the_command_line_lets_ray_go_before_its_summary_and_report(tiny_bert_dir, tmp_path):
@@ -112,3 +113,39 @@ def test_the_command_line_lets_ray_go_before_its_summary_and_report(tiny_bert_di
     released = err.index("letting Ray go")
     assert released < err.index("INFO run cli: {")  # before the summary is computed
     assert "report: " in done.stdout and (store / "runs" / "run_id=cli" / "report.html").is_file()
+
+
+def test_relative_paths_after_a_change_of_folder(
+    ray_cluster, tiny_bert_dir, tiny_distilbert_dir, tmp_path, monkeypatch
+):
+    """After ``os.chdir`` (a notebook's ``%cd``) a run's relative corpus and model were read by Ray's
+    workers and actors in the folder Ray started in: another folder's reviews and weights, under
+    this folder's model description. And ``xai_ray.shutdown`` ends the Ray that xai_ray started."""
+    import shutil
+
+    ray_cluster.shutdown()  # xai_ray starts Ray itself this time
+    for name, model, n in (("a", tiny_bert_dir, 4), ("b", tiny_distilbert_dir, 6)):
+        (tmp_path / name).mkdir()
+        shutil.copytree(model, tmp_path / name / "m")
+        frame = pd.DataFrame(
+            {"id": [f"{name}{i}" for i in range(n)], "text": TEXTS[:n], "label": [i % 2 for i in range(n)]}
+        )
+        frame.to_parquet(tmp_path / name / "c.parquet")
+    monkeypatch.chdir(tmp_path / "a")
+    notebook_run("c.parquet", "m", tmp_path / "store", "in-a")
+    monkeypatch.chdir(tmp_path / "b")
+    relative = notebook_run("c.parquet", "m", tmp_path / "store", "in-b")
+    absolute = notebook_run(str(tmp_path / "b" / "c.parquet"), str(tmp_path / "b" / "m"), tmp_path / "store", "abs")
+    assert sorted(relative.docs().doc_id) == [f"b{i}" for i in range(6)]
+    assert relative.manifest["config"]["data"] == str(tmp_path / "b" / "c.parquet")
+    assert relative.manifest["model"]["fingerprint"] == absolute.manifest["model"]["fingerprint"]
+    same = ["doc_id", "pred"]
+    assert (
+        relative.docs()[same]
+        .sort_values("doc_id")
+        .reset_index(drop=True)
+        .equals(absolute.docs()[same].sort_values("doc_id").reset_index(drop=True))
+    )
+    assert relative.words("raw", 1)["score"].sum() == pytest.approx(absolute.words("raw", 1)["score"].sum(), rel=1e-6)
+    xai_ray.shutdown()
+    assert not ray_cluster.is_initialized()  # the Ray xai_ray started is gone with its actors

@@ -82,14 +82,13 @@ def _names(methods) -> str:
 
 def shutdown() -> None:
     """Release what ``run`` keeps for the kernel's life: the warm scoring actors (a second run with
-    the same model scores at once on them) and the local Ray it started. Done at exit too."""
-    import ray
-
+    the same model scores at once on them) and the local Ray it started. Done at exit too. A Ray
+    the notebook started itself (``ray.init``) stays up: only our actors leave it."""
+    from xai_ray import runtime
     from xai_ray.pipeline import pool
 
     pool.release()
-    if ray.is_initialized():
-        ray.shutdown()
+    runtime.shutdown_own_ray()
 
 
 def open_store(

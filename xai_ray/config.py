@@ -227,6 +227,27 @@ RULES = {
 TARGET_MODES = ("pred", "label")
 
 
+PACKAGED_MODEL = "minilm"  # a name, not a path (model.loading): never a folder of the working directory
+
+
+def absolute_paths(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with a ``data`` or ``model`` naming a local file or folder made absolute. Ray's
+    workers and actors read them in the folder Ray started in: after a notebook's ``os.chdir`` a
+    relative path read another folder's corpus and model, while the driver described this one's."""
+    changes = {"data": local_path(cfg.data)}
+    if cfg.model != PACKAGED_MODEL:
+        changes["model"] = local_path(cfg.model)
+    return replace(cfg, **changes)
+
+
+def local_path(name: str) -> str:
+    """``name`` as an absolute path when it names a file or folder here, else as it is (a Hub id, a URI)."""
+    if not isinstance(name, str) or "://" in name:
+        return name
+    path = os.path.expanduser(name)
+    return os.path.abspath(path) if os.path.exists(path) else name
+
+
 def check_target(target) -> None:
     """``target`` has a usable form (whether the model has that class is ``resolve_target``'s call)."""
     if isinstance(target, bool) or not isinstance(target, (str, int)) or (isinstance(target, int) and target < 0):

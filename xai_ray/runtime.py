@@ -13,6 +13,21 @@ from xai_ray.progress import quiet_ray_env, route_ray_loggers
 log = logging.getLogger("xai_ray")
 
 
+_STARTED = {"ray": False}  # whether this process's Ray connection was made by ensure_ray
+
+
+def shutdown_own_ray() -> bool:
+    """End the Ray connection ``ensure_ray`` made (a local cluster it started goes with it); one the
+    user made with ``ray.init`` stays. Returns whether one was ended."""
+    import ray
+
+    if not (_STARTED["ray"] and ray.is_initialized()):
+        return False
+    ray.shutdown()
+    _STARTED["ray"] = False
+    return True
+
+
 def ensure_ray(log_to_driver: bool | None = None) -> None:
     """Start (or join) Ray. ``log_to_driver``: show the workers' output here (finetune's progress comes
     from its workers); default: only with debug logging. A local start runs only the services a run
@@ -40,6 +55,7 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
             join_cluster(ray, address, options)
         else:  # a local head without the dashboard head and the monitors a local run never uses
             init_local(ray.init, keep_log_monitor=bool(options["log_to_driver"]), **options)
+        _STARTED["ray"] = True  # ours to end (xai_ray.shutdown); a Ray the user started is theirs
         route_ray_loggers()
         if one_run_only():  # ray.init set its own SIGTERM handler: exit 1, no word (`timeout`, `docker stop`)
             catch_sigterm()
@@ -179,6 +195,7 @@ def release_if_done() -> None:
     log.debug("letting Ray go: the run's last Ray stage is done")
     closing = threading.Thread(target=ray.shutdown, name="xai-ray-shutdown")  # not a daemon: joined at exit
     _process["closing"] = closing
+    _STARTED["ray"] = False
     closing.start()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from xai_ray.config import RunConfig
+from xai_ray.config import RunConfig, absolute_paths
 from xai_ray.model.loading import describe_model
 from xai_ray.progress import Progress, native_stderr_into, route_noise
 from xai_ray.query.connection import open_store, pick_run, run_named
@@ -52,6 +52,7 @@ def evaluate_run(
         evaluate_share=share or cfg.evaluate_share,
         actors=cfg.actors if actors is None else actors,
     )
+    cfg = absolute_paths(cfg)  # its actors read the model in Ray's folder, not this process's
     # The model's files checked here, before Ray: a folder deleted or moved since the run was scored
     # failed in every actor, with Ray's tracebacks, instead of one sentence.
     describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)

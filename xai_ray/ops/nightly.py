@@ -36,7 +36,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from xai_ray import pipeline, runtime
-from xai_ray.config import ConfigError, RunConfig, check_start_layer
+from xai_ray.config import ConfigError, RunConfig, absolute_paths, check_start_layer
 from xai_ray.methods import methods_need
 from xai_ray.model.loading import describe_model
 from xai_ray.model.structure import check_structure
@@ -98,6 +98,7 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
     """One night: score the new documents of ``cfg.data`` into ``cfg.store`` and rebuild the report."""
     date = parse_date(date)
     check_nightly(cfg)
+    cfg = absolute_paths(cfg)  # the workers read them in Ray's folder, not this process's
     local = Path(remote.local_store(cfg.store))
     local.mkdir(parents=True, exist_ok=True)
     run_id = PREFIX + date

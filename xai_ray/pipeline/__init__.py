@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from xai_ray import runtime
-from xai_ray.config import ConfigError, RunConfig, check_start_layer, resolve_target
+from xai_ray.config import ConfigError, RunConfig, absolute_paths, check_start_layer, resolve_target
 from xai_ray.data.head_docs import head_docs
 from xai_ray.methods import REGISTRY, methods_need
 from xai_ray.model.loading import describe_model
@@ -89,7 +89,7 @@ def run(cfg: RunConfig) -> RunResult:
             f"pick another --run-id than {cfg.run_id!r}"
         )
     started = time.perf_counter()
-    cfg = replace(cfg, run_id=cfg.run_id or new_run_id())
+    cfg = absolute_paths(replace(cfg, run_id=cfg.run_id or new_run_id()))
     runtime.note_run(cfg.store, cfg.run_id)  # a command stopped from here on names it in its resume hint
     created = _folders_to_create(layout.run_log(cfg.store, cfg.run_id).parent)
     check_store(cfg.store)  # before the log file goes into it

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from xai_ray.config import local_path
 from xai_ray.store.files import write_atomically, write_parquet_atomically
 from xai_ray.store.records import PartRecord
 
@@ -73,7 +74,7 @@ class Staging:
                     "another --run-id"
                 )
             # a key the first attempt did not record (an older version's staging) is not compared
-            changed = sorted(k for k in kept if kept.get(k) != identity.get(k))
+            changed = sorted(k for k in kept if not _same_setting(k, kept.get(k), identity.get(k)))
             files = [k for k in changed if k in CONTENT_KEYS]
             settings = [k for k in changed if k not in CONTENT_KEYS]
             if settings:
@@ -186,6 +187,12 @@ def read_committed_ids(folder: Path) -> list[str]:
         if record is not None and not unreadable_files(folder, record) and not resized_files(folder, record):
             ids.extend(str(doc_id) for doc_id in record["doc_ids"])
     return ids
+
+
+def _same_setting(key: str, kept, now) -> bool:
+    """Equal, or a corpus or model path an older version kept as typed (relative) that names the
+    file or folder now given as an absolute path (``config.absolute_paths``)."""
+    return kept == now or (key in ("data", "model") and isinstance(kept, str) and local_path(kept) == now)
 
 
 def _read_identity(path: Path) -> dict | None:
