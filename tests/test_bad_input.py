@@ -124,6 +124,36 @@ def test_an_id_that_is_a_json_object_is_named_with_its_numbers_as_written(tmp_pa
     ]
 
 
+def test_a_csv_quote_that_never_closes_right_is_an_error_row_not_rows_swallowed(tmp_path):
+    """A quote opened in a field and not closed right before a comma ran on through the next rows:
+    they became one review's text, with the label of the last, and were in neither docs nor errors."""
+    source = tmp_path / "c.csv"
+    source.write_text(
+        'id,text,label\n1,good film,1\n2,"Best movie ever,1\n3,ok film,0\n4,"bad film",0\n5,fine,1\n'
+        '6,"x"y,1\n7,"a ""quoted"" word, and a\nsecond line",0\n8,"never closed\n9,z,1\n'
+    )
+    corpus = read_corpus(str(source))
+    kept, rejected = screen(corpus, [0, 1])
+    assert kept.doc_id.tolist() == ["1", "5", "7"]
+    assert kept.text.tolist()[2] == 'a "quoted" word, and a\nsecond line'  # real quoting still reads
+    reasons = dict(zip(rejected.doc_id, rejected.reason))
+    assert list(reasons) == ["line-3", "line-7", "line-10"]
+    assert reasons["line-3"].startswith("lines 3 to 5: not a CSV row (',' expected after '\"'): a quoted field")
+    assert reasons["line-7"].startswith("line 7: not a CSV row")
+    assert reasons["line-10"].startswith("lines 10 to 11: a quote opened on line 10 never closes")
+
+
+def test_a_column_named_like_the_readers_own_keys_is_not_read_as_them(tmp_path):
+    """A JSON key or CSV column ``__line_id`` renamed its row's document."""
+    (tmp_path / "c.jsonl").write_text(
+        '{"id": "a", "text": "hello", "label": 1, "__line_id": "zzz", "__problem": "x"}\n'
+    )
+    (tmp_path / "c.csv").write_text("id,text,label,__line_id\nb,hello,1,zzz\n")
+    for name, doc_id in (("c.jsonl", "a"), ("c.csv", "b")):
+        kept, rejected = screen(read_corpus(str(tmp_path / name)), [0, 1])
+        assert kept.doc_id.tolist() == [doc_id] and rejected.empty
+
+
 def test_a_text_of_line_breaks_alone_is_named_as_such(tmp_path):
     """A review of `<br />` tags alone was refused as "empty or whitespace only": true of the text
     clean_html leaves, not of the file's. Kept with clean_html off, where the tags are its words."""

@@ -74,9 +74,14 @@ def json_row(item, index: int, problem: str) -> dict:
     return _object_row(item) if isinstance(item, dict) else _bad_line(index, problem)
 
 
+# The reader's own keys beside a row's columns: a file's column of one of these names is not read
+# (a JSON key "__line_id" renamed its document).
+OWN_KEYS = ("__line_id", "__problem", "__line", "__where")
+
+
 def _object_row(value: dict) -> dict:
     # A key with a lone surrogate ("\\ud800") cannot name a column: written escaped, it names none we read.
-    return {**{escaped(key): item for key, item in value.items()}, "__problem": None}
+    return {**{escaped(key): item for key, item in value.items() if key not in OWN_KEYS}, "__problem": None}
 
 
 def read_json_array(text: str) -> pd.DataFrame:
@@ -120,16 +125,39 @@ def csv_rows(handle) -> Iterator[dict]:
     """The rows of a CSV text stream after its header, each ``{column: field, "__line": N}`` (N: the
     line the row starts on); blank lines are skipped, missing trailing fields are missing, and a row
     with more fields than the header is a ``line-N`` row saying so. ``csv.Error``: the file is broken."""
-    reader = csv.reader(handle)
+    reader = csv.reader(handle, strict=True)  # a quote that never closes right is an error, not rows swallowed
     columns = csv_header(reader)
     start = reader.line_num + 1
-    for values in reader:
+    while True:
+        try:
+            values = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:  # the reader goes on at the next line: only the lines of the broken row are lost
+            yield {**_bad_line(start, _broken_quote(start, reader.line_num, err)), "__line": start}
+            start = reader.line_num + 1
+            continue
         if len(values) > len(columns):
             problem = f"line {start} has {len(values)} fields, the header {len(columns)}"
             yield {**_bad_line(start, problem), "__line": start}
         elif not _blank(values):
-            yield {**dict(zip(columns, values)), "__problem": None, "__line": start}
+            yield {**{c: v for c, v in zip(columns, values) if c not in OWN_KEYS}, "__problem": None, "__line": start}
         start = reader.line_num + 1
+
+
+def _broken_quote(start: int, end: int, err: csv.Error) -> str:
+    """Why the CSV lines ``start`` to ``end`` are no row: a quoted field that does not close right
+    before a comma or the line's end (Python's non-strict reader ran it on, taking the rows after it
+    into one field)."""
+    lines = f"line {start}" if end == start else f"lines {start} to {end}"
+    if "unexpected end of data" in str(err):
+        return (
+            f"{lines}: a quote opened on line {start} never closes, so the rest of the file is no row; fix its quoting"
+        )
+    return (
+        f"{lines}: not a CSV row ({err}): a quoted field must close right before a comma or the line's end, "
+        "so no row on them is read; fix their quoting"
+    )
 
 
 def _bad_line(number: int, problem: str) -> dict:

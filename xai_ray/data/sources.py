@@ -179,7 +179,7 @@ def _text_header(file: Path, kind: str, text_column: str) -> list[str]:
     """A CSV file's column names (its header line, parsed as the reader will: ``fields.csv_rows``)."""
     try:
         with open_text(file) as handle:
-            header = fields.csv_header(csv.reader(handle))
+            header = fields.csv_header(csv.reader(handle, strict=True))
     except csv.Error as err:
         raise CorpusError(f"{str(file)!r} cannot be parsed: {first_line(err)}") from None
     if not header:
