@@ -154,6 +154,38 @@ def test_a_column_named_like_the_readers_own_keys_is_not_read_as_them(tmp_path):
         assert kept.doc_id.tolist() == [doc_id] and rejected.empty
 
 
+def test_a_parquet_file_with_two_columns_of_one_name_is_refused(tmp_path):
+    """Two ``text`` columns: every review's text was the word "text" (2 rows) or a traceback (3)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from xai_ray.data.corpus import CorpusError
+
+    names = ["id", "text", "text", "label"]
+    pq.write_table(
+        pa.Table.from_arrays(
+            [pa.array(["a", "b"]), pa.array(["I loved it", "awful"]), pa.array(["x", "y"]), pa.array([1, 0])],
+            names=names,
+        ),
+        tmp_path / "d.parquet",
+    )
+    with pytest.raises(CorpusError, match=r"has 4 columns, some of one name \('text'\): which one is meant"):
+        read_corpus(str(tmp_path / "d.parquet"))
+
+
+def test_a_folder_says_which_data_files_it_leaves_unread(tmp_path, caplog):
+    """A .json, .ndjson, .tsv or .csv.gz file beside the .jsonl files was left out without a word."""
+    (tmp_path / "a.jsonl").write_text('{"id": 1, "text": "good", "label": 1}\n')
+    (tmp_path / "b.json").write_text('[{"id": 2, "text": "in json", "label": 1}]')
+    (tmp_path / "c.ndjson").write_text('{"id": 3, "text": "nd", "label": 1}\n')
+    (tmp_path / "notes.md").write_text("not data")
+    with caplog.at_level("WARNING", logger="xai_ray"):
+        corpus = read_corpus(str(tmp_path))
+    assert corpus.doc_id.tolist() == ["1"]
+    said = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
+    assert len(said) == 1 and "2 file(s) of another format are not read (b.json, c.ndjson)" in said[0]
+
+
 def test_a_text_of_line_breaks_alone_is_named_as_such(tmp_path):
     """A review of `<br />` tags alone was refused as "empty or whitespace only": true of the text
     clean_html leaves, not of the file's. Kept with clean_html off, where the tags are its words."""

@@ -9,6 +9,7 @@ file, a thousand files of an aclImdb folder, a tar archive, a Hub dataset stream
 from __future__ import annotations
 
 import csv
+import logging
 import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +19,11 @@ import pyarrow.parquet as pq
 from xai_ray.data import fields
 from xai_ray.data.text import INVALID_UTF8, CorpusError, open_text
 
+log = logging.getLogger("xai_ray")
+
 FOLDER_FORMATS = (".parquet", ".csv", ".jsonl")
+# data-like files a folder may hold beside those that its reading leaves out (and says so)
+UNREAD_FORMATS = (".json", ".ndjson", ".tsv", ".csv.gz", ".jsonl.gz", ".json.gz", ".parquet.gz", ".csv.zip", ".xlsx")
 IMDB_LABELS = {"neg": 0, "pos": 1}
 FILES_PER_PIECE = 1000  # aclImdb files read by one task
 INT64 = (-(2**63), 2**63 - 1)  # what a label may be
@@ -81,6 +86,23 @@ def _folder_files(folder: Path) -> list[Path]:
         and not in_a_store(folder, f.relative_to(folder), runs)
     )
     kinds = {f.suffix.lower() for f in found}
+    skipped = [
+        f.relative_to(folder).as_posix()
+        for f in folder.rglob("*")
+        if f.is_file()
+        and f.name.lower().endswith(UNREAD_FORMATS)
+        and not f.is_symlink()
+        and not in_a_store(folder, f.relative_to(folder), runs)
+        and not f.name.startswith(".")
+    ]
+    if skipped and found:  # data a user may think is read: said, not silently left out
+        log.warning(
+            "folder %r: %d file(s) of another format are not read (%s); a corpus folder is read in "
+            ".parquet, .csv or .jsonl files only",
+            str(folder),
+            len(skipped),
+            ", ".join(sorted(skipped)[:8]) + (", ..." if len(skipped) > 8 else ""),
+        )
     if not found:
         raise CorpusError(
             f"folder {str(folder)!r} holds no .parquet, .csv or .jsonl files and is not an aclImdb folder"
@@ -170,9 +192,16 @@ def _require_text_column(source, text_column: str, columns: list[str]) -> None:
 def _parquet_footer(file: Path):
     try:
         parquet = pq.ParquetFile(file)
-        return parquet.metadata, list(parquet.schema_arrow.names)
+        metadata, names = parquet.metadata, list(parquet.schema_arrow.names)
     except Exception as err:  # pyarrow raises several types for broken files
         raise CorpusError(f"Parquet file {str(file)!r} cannot be read: {err}") from None
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # read as is, one column stood in for the other (every text the word "text"), or a traceback
+        raise CorpusError(
+            f"Parquet file {str(file)!r} has {len(names)} columns, some of one name ({', '.join(map(repr, repeated))}): "
+            "which one is meant cannot be told; write it with distinct column names"
+        )
+    return metadata, names
 
 
 def _text_header(file: Path, kind: str, text_column: str) -> list[str]:
