@@ -224,6 +224,8 @@ def test_arguments_of_the_wrong_kind_are_one_sentence_and_nothing_is_created(tmp
         ({"methods": 123}, "methods must be comma-separated text or a list of method names, got 123"),
         ({"store": None}, "store must be a path or a name (text), got NoneType None"),
         ({"methods": ["raw", 1]}, "a list of method names"),
+        ({"quiet": "false"}, "quiet must be true or false, got 'false'"),  # the string was true in an if
+        ({"max_length": None}, "max_length needs a value (integer); got null"),  # it was left out
     ):
         with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
             xai_ray.run(str(data), tiny_bert_dir, **kwargs)

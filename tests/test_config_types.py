@@ -336,3 +336,24 @@ def test_local_paths_are_made_absolute_and_names_are_not(tmp_path, monkeypatch):
     assert _same_setting("data", "c.csv", str(tmp_path / "c.csv"))
     assert not _same_setting("data", "other.csv", str(tmp_path / "c.csv"))
     assert not _same_setting("max_length", "128", 128)
+
+
+def test_numpy_values_and_nulls_from_a_notebook():
+    """A notebook's numbers are often numpy's (``len(frame)``, a column's max): ``np.int64(10)`` was
+    refused as no integer. A key given as None was left out, leaving its default: ``label_column=None``
+    read the ``label`` column; it now names no column (an unlabelled run, as ``--set label_column=none``)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from xai_ray.api import _with_nulls
+    from xai_ray.config import ConfigError, RunConfig
+
+    cfg = replace(RunConfig(), limit=np.int64(10), heads=np.bool_(False), max_length=np.int32(64))
+    assert (cfg.limit, cfg.heads, cfg.max_length) == (10, False, 64) and type(cfg.limit) is int
+    with pytest.raises(ConfigError, match="limit must be an integer or null, got 1.5"):
+        replace(RunConfig(), limit=np.float64(1.5))
+    nulls = _with_nulls(RunConfig(limit=5), {"label_column": None, "id_column": None, "limit": None})
+    assert (nulls.label_column, nulls.id_column, nulls.limit) == ("none", "none", None)
+    with pytest.raises(ConfigError, match="max_length needs a value"):
+        _with_nulls(RunConfig(), {"max_length": None})

@@ -46,9 +46,12 @@ def run(
     for name, value in (("data", data), ("model", model), ("store", store)):
         if not isinstance(value, (str, Path)):
             raise ConfigError(f"{name} must be a path or a name (text), got {type(value).__name__} {value!r}")
-    progress.configure(quiet=quiet)
+    progress.configure(quiet=check("quiet", quiet, "bool"))  # "false" is no boolean (it is true in an if)
+    nulls = {k: None for k, v in keys.items() if v is None}  # said, not left out: the config takes them below
     flags = {"data": str(data), "model": str(model), "methods": _names(methods), "store": str(store), **keys}
     cfg = config_module.resolve(config, flags)
+    if nulls:
+        cfg = _with_nulls(cfg, nulls)
     # Ray and the scoring actors stay up after the run: the next run with this model starts scoring
     # at once (xai_ray.shutdown() releases them)
     result = pipeline.run(cfg)  # the command's own path (a URI store goes through its mirror)
@@ -57,6 +60,19 @@ def run(
     if verdict:  # the command exits 3 here: the run is published, and reachable from the error
         raise RunFailed(f"run {done.run_id}: {verdict}", done)
     return done
+
+
+NO_COLUMN = "none"  # a column no corpus has: ``--set label_column=none`` (unlabelled), ``id_column`` (rows numbered)
+
+
+def _with_nulls(cfg, nulls: dict):
+    """``cfg`` with the keys a notebook gave as None: a column key names no column (``label_column=None``:
+    an unlabelled run, as ``--set label_column=none``); any other key takes null where its type allows,
+    and says so where not. They were left out before, leaving the default (the ``label`` column)."""
+    from dataclasses import replace
+
+    columns = {k: NO_COLUMN for k in nulls if k in ("label_column", "id_column")}
+    return replace(cfg, **{**nulls, **columns})
 
 
 FLAG = re.compile(r"--([a-z][a-z-]*)")  # a command-line flag named in a message: a keyword here
@@ -418,6 +434,7 @@ def explain(
             " (a stored review: xai-ray explain --store STORE --doc-id ID)"
         )
     length = explain_module.DEFAULT_MAX_LENGTH if max_length is None else max_length
+    model = str(model) if isinstance(model, Path) else model  # as run takes it
     cfg = config_module.resolve(None, {"model": model, "methods": _names(methods), "max_length": length, **options})
     options = explain_module.page_options(cfg)  # the cut, the class explained and the safety flags too
     page, row = explain_module.explain_page(text, cfg.model, cfg.max_length, cfg.methods, options)

@@ -87,6 +87,7 @@ def check_all(instance, rules: dict[str, Rule]) -> None:
 def check(name: str, value, annotation: str, rule: Rule | None = None):
     """``value`` as the declared ``annotation`` (a dataclass field's type, as text), or ConfigError."""
     kinds = [part.strip() for part in annotation.split("|")]
+    value = _plain(value)
     if value is None:
         if "None" in kinds:
             return None
@@ -112,6 +113,15 @@ def check(name: str, value, annotation: str, rule: Rule | None = None):
 
 
 _NO = object()  # "not of this kind"
+
+
+def _plain(value):
+    """A numpy scalar as the Python value it holds: a notebook's ``np.int64(10)`` (a DataFrame's
+    ``len`` or a column's max) was refused as no integer, and ``np.bool_`` as no boolean."""
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if kind is not None and getattr(value, "ndim", None) == 0 and kind in "biuf":
+        return value.item()
+    return value
 
 
 def _as(kind: str, value):
