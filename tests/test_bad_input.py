@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -184,6 +185,41 @@ def test_a_folder_says_which_data_files_it_leaves_unread(tmp_path, caplog):
     assert corpus.doc_id.tolist() == ["1"]
     said = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
     assert len(said) == 1 and "2 file(s) of another format are not read (b.json, c.ndjson)" in said[0]
+
+
+def test_decimal_labels_are_class_numbers_as_float_ones_are(tmp_path):
+    """A decimal(5, 2) label column holding 1.00 and 0.00 was refused on every row ("not a class
+    number"), where a float column of 1.0 and 0.0 was read."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    labels = pa.array([decimal.Decimal("1.00"), decimal.Decimal("0.00"), decimal.Decimal("0.50")], pa.decimal128(5, 2))
+    pq.write_table(
+        pa.table({"id": ["a", "b", "c"], "text": ["good", "bad", "meh"], "label": labels}), tmp_path / "d.parquet"
+    )
+    kept, rejected = screen(read_corpus(str(tmp_path / "d.parquet")), [0, 1])
+    assert kept.label.tolist() == [1, 0] and rejected.doc_id.tolist() == ["c"]
+    assert rejected.reason[0].startswith("label '0.50' is not a class number")
+
+
+@pytest.mark.parametrize(
+    ("head", "what"),
+    [
+        (b"\x1f\x8b\x08\x00", "gzip-compressed (decompress it: gunzip)"),
+        (b"PAR1\x15\x04", "a Parquet file (name it .parquet)"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_compressed_or_binary_file_under_a_text_name_is_named_as_what_it_is(tmp_path, head, what, kind):
+    """gzip bytes in a .csv were said to be UTF-16; in a .jsonl they made a run of error rows."""
+    from xai_ray.data.corpus import CorpusError
+
+    source = tmp_path / f"c.{kind}"
+    source.write_bytes(head + bytes(range(256)))
+    with pytest.raises(CorpusError, match=f"is no {kind.upper()} text: it is {re.escape(what)}"):
+        read_corpus(str(source))
 
 
 def test_a_text_of_line_breaks_alone_is_named_as_such(tmp_path):

@@ -151,6 +151,14 @@ def test_reads_bind_parameters_and_a_closed_connection_refuses(store, unchanged)
         con.sql("select 1")
 
 
+def test_a_result_pandas_cannot_hold_is_one_sentence_and_arrow_takes_it(store):
+    """A union column came back as pyarrow's ArrowNotImplementedError from ``.sql``."""
+    con = xai_ray.open_store(store)
+    with pytest.raises(QueryError, match=r"the result has a column pandas cannot hold .*take the rows as Arrow"):
+        con.sql("select union_value(k := 1) as u")
+    assert con.arrow("select union_value(k := 1) as u").num_rows == 1
+
+
 # Reads the guard lets through: the sandbox in the query's process stops each at the store's edge.
 OUTSIDE = [
     "select * from read_text('{store}/runs/run_id=r/manifest.json')",

@@ -134,7 +134,18 @@ class ReadOnlyConnection:
     def sql(self, query: str, params=None) -> pd.DataFrame:
         """The rows of a read-only query as a DataFrame; ``params`` (a list, or a dict for ``$name``)
         are bound to it."""
-        return self.arrow(query, params).to_pandas()
+        import pyarrow as pa
+
+        from xai_ray.query.connection import QueryError
+
+        table = self.arrow(query, params)
+        try:
+            return table.to_pandas()
+        except (pa.ArrowException, TypeError, ValueError) as err:  # a type pandas has no column for (a union)
+            raise QueryError(
+                f"the result has a column pandas cannot hold ({str(err).splitlines()[0][:160]}); cast it in the query, "
+                "or take the rows as Arrow with .arrow(query)"
+            ) from None
 
     df = sql
 

@@ -220,6 +220,8 @@ def label_value(value) -> tuple[int | None, str | None]:
         return int(value), None
     if isinstance(value, float) and not isinstance(value, JsonNumber):  # a numeric Parquet column
         return (int(value), None) if value.is_integer() else (None, repr(value))
+    if isinstance(value, decimal.Decimal):  # a decimal Parquet column: 1.00 is class 1, as a float 1.0 is
+        return (int(value), None) if value.is_finite() and value == value.to_integral_value() else (None, str(value))
     if isinstance(value, str):
         text = value.strip()
         if not text:

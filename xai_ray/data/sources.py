@@ -153,6 +153,7 @@ def _file_plan(args, files: list[Path]) -> SourcePlan:
             ]
             rowless.update([file] if not metadata.num_rows else [])
         else:
+            _refuse_binary(file, kind)
             columns[file] = _text_header(file, kind, text_column) if kind == "csv" else []
             pieces.append(Piece(len(pieces), kind, str(file)))
             rowless.update([file] if kind == "csv" and not _csv_has_rows(file) else [])
@@ -173,6 +174,26 @@ def _file_plan(args, files: list[Path]) -> SourcePlan:
     if text_column not in keys and not _all_lines_bad(files, kind):
         _require_text_column(source, text_column, keys)
     return SourcePlan(*args, tuple(pieces), has_ids=has_ids)
+
+
+# What a text format's file holds when its first bytes are these: a compressed or binary file
+# renamed, or saved under the wrong name (read as text, its bytes became error rows or garbled names).
+MAGIC = {
+    b"\x1f\x8b": "gzip-compressed (decompress it: gunzip)",
+    b"PK\x03\x04": "a zip archive (unzip it)",
+    b"PAR1": "a Parquet file (name it .parquet)",
+    b"\xfd7zXZ\x00": "xz-compressed (decompress it: unxz)",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed (decompress it: unzstd)",
+    b"BZh": "bzip2-compressed (decompress it: bunzip2)",
+}
+
+
+def _refuse_binary(file: Path, kind: str) -> None:
+    with open(file, "rb") as handle:
+        head = handle.read(8)
+    for magic, what in MAGIC.items():
+        if head.startswith(magic):
+            raise CorpusError(f"{str(file)!r} is no {kind.upper()} text: it is {what}")
 
 
 def _require_text_column(source, text_column: str, columns: list[str]) -> None:
