@@ -3,6 +3,7 @@ and the run's stderr carries our lines only (Ray's and the warnings' go to the r
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import pandas as pd
@@ -162,7 +163,15 @@ def test_a_disk_full_after_publishing_says_the_run_is_whole(ray_cluster, tmp_pat
     assert not (run_dir / "aggregates").exists() and not (run_dir / "report.html").exists()
     manifest = (run_dir / "manifest.json").read_bytes()
 
-    monkeypatch.undo()  # the disk mended
+    monkeypatch.undo()  # the disk mended for the aggregates, not yet for the report
+    from xai_ray.report import outputs
+
+    monkeypatch.setattr(outputs, "write_atomically", full)
+    assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err  # no "--out", which the user never gave
+    assert "but its report could not be written (cannot write the run's report" in err and "--out" not in err
+    monkeypatch.undo()
+    (run_dir / "aggregates" / "word_totals.parquet").write_bytes(b"PAR1" * 10)  # cut short by the disk
     assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 0
     out = capsys.readouterr().out
     assert "run r: already published with 2 documents and 0 errors; its aggregates and report written now" in out
@@ -172,6 +181,17 @@ def test_a_disk_full_after_publishing_says_the_run_is_whole(ray_cluster, tmp_pat
     assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 0
     assert "its aggregates written now" in capsys.readouterr().out
     assert (run_dir / "aggregates" / "report_topk_all.parquet").is_file()
+    # a damaged run is refused, not aggregated as it is (a sync tool's copy of its errors)
+    (run_dir / "report.html").unlink()
+    docs = sorted((run_dir / "docs").glob("part-*.parquet"))[0]
+    shutil.copy(docs, run_dir / "docs" / "part-0-DESKTOP1.parquet")
+    shutil.rmtree(run_dir / "_parts")  # copied without its records: every file under a part's name is read
+    assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 2
+    assert "has no part records (_parts)" in capsys.readouterr().err
+    assert not (run_dir / "report.html").exists()
+    (run_dir / "docs" / "part-0-DESKTOP1.parquet").unlink()
+    assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 0
+    assert "its report written now" in capsys.readouterr().out
     # a run that lacks nothing still says so
     assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 2
     assert "is already complete; nothing to resume" in capsys.readouterr().err

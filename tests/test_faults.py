@@ -370,6 +370,48 @@ def test_a_stray_copy_of_a_part_is_not_read_as_more_rows(tmp_path, batches):
         open_store(tmp_path)
 
 
+def test_copies_and_losses_in_any_table_are_refused_against_the_manifest(tmp_path, batches):
+    """A sync tool's copy (``part-0-DESKTOP1.parquet``) of a table no part record names (errors,
+    heads, ...) was read as more rows; in a run without records a scores part missing or copied read
+    the run short or twice, and a pipe among its docs parts hung every reader."""
+    import os
+    import shutil
+
+    run = publish_batches(tmp_path, batches)
+    count = "select (select count(*) from docs), (select count(*) from errors), (select count(*) from tokens)"
+    before = open_store(tmp_path).execute(count).fetchone()
+    error_file = sorted((run / "errors").glob("part-*.parquet"))[0]
+    shutil.copy(error_file, run / "errors" / "part-0-DESKTOP1.parquet")
+    with pytest.raises(
+        QueryError, match=r"run 'r' is damaged: its errors files hold 2 rows where its manifest counts 1 \(a copy"
+    ):
+        open_store(tmp_path)
+    (run / "errors" / "part-0-DESKTOP1.parquet").unlink()
+    shutil.move(error_file, tmp_path / "kept.parquet")
+    with pytest.raises(QueryError, match=r"errors/part-0.parquet, which _parts/part-0.json lists, is missing"):
+        open_store(tmp_path)
+    shutil.move(tmp_path / "kept.parquet", error_file)
+
+    shutil.rmtree(run / "_parts")  # a copy of the run without its records: read whole
+    assert open_store(tmp_path).execute(count).fetchone() == before
+    scores = sorted((run / "token_scores").glob("part-*.parquet"))
+    shutil.copy(scores[0], run / "token_scores" / "part-0-DESKTOP1.parquet")
+    with pytest.raises(QueryError, match=r"has no part records \(_parts\).* token_scores files hold \d+ rows where"):
+        open_store(tmp_path)
+    (run / "token_scores" / "part-0-DESKTOP1.parquet").unlink()
+    shutil.move(scores[-1], tmp_path / "kept.parquet")
+    with pytest.raises(QueryError, match=r"token_scores files hold \d+ rows where its manifest's counts give"):
+        open_store(tmp_path)
+    shutil.move(tmp_path / "kept.parquet", scores[-1])
+    os.mkfifo(run / "docs" / "part-9.parquet")  # never opened: it held every reader up
+    assert open_store(tmp_path).execute(count).fetchone() == before
+    docs = sorted((run / "docs").glob("part-[0-8]*.parquet"))[0]
+    shutil.move(docs, tmp_path / "docs.parquet")
+    docs.symlink_to(tmp_path / "docs.parquet")  # a link is never followed: its documents are not the run's
+    with pytest.raises(QueryError, match=r"has no part records .* its docs files hold \d+ documents where"):
+        open_store(tmp_path)
+
+
 def test_a_damaged_kept_aggregate_is_computed_again(tmp_path):
     """A kept aggregate is a cache of the run: one cut short reads as never kept (the report
     computes it again) instead of a pyarrow traceback."""

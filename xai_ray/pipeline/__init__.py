@@ -25,7 +25,7 @@ from xai_ray.model.loading import describe_model
 from xai_ray.model.structure import check_structure
 from xai_ray.pipeline import pool
 from xai_ray.pipeline.batches import count_of, even_batch, order_corpus, scorer_input
-from xai_ray.pipeline.finishing import aggregate, finish_published, report
+from xai_ray.pipeline.finishing import aggregate, finish_published, report, stage_failed
 from xai_ray.pipeline.pool import actor_gpus, start_actors
 from xai_ray.pipeline.resume import no_manifest, resume_config
 from xai_ray.pipeline.writing import (
@@ -38,6 +38,7 @@ from xai_ray.pipeline.writing import (
     write_parts,
 )
 from xai_ray.progress import native_stderr_into, route_noise
+from xai_ray.report.outputs import OutputError
 from xai_ray.runtime import check_actor_fits, ensure_ray
 from xai_ray.scoring.segments import resolve_mode
 from xai_ray.store import StoreError, layout, remote
@@ -226,12 +227,8 @@ def publish(screened, cfg: RunConfig, model: dict, writer: RunWriter | None = No
         log.info("run %s: %s", run_id, summary)
         stage = "report"
         out = report(cfg.store, run_id, layout.report_path(cfg.store, run_id)) if cfg.report else None
-    except OSError as err:
-        raise StoreError(
-            f"run {run_id!r} is published with all its documents, but its {stage} could not be written "
-            f"({(err.strerror or type(err).__name__).lower()}); queries read the run as it is, and once that is "
-            f"mended `xai-ray run --resume {run_id} --store {cfg.store}` writes what it lacks"
-        ) from err
+    except (OSError, OutputError) as err:  # a full disk: the report's write says so as an OutputError
+        raise stage_failed(run_id, stage, err, cfg.store) from err
     return RunResult(run_id=run_id, run_dir=run_dir, manifest=manifest, report=out)
 
 

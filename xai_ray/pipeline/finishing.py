@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from xai_ray.config import RunConfig
-from xai_ray.store import layout
+from xai_ray.store import StoreError, layout
 
 log = logging.getLogger("xai_ray")
 
@@ -43,7 +43,18 @@ def report(store: str | Path, run_id: str, out: str | Path) -> Path:
     """Stage 6: one self-contained HTML report of the run."""
     from xai_ray.report.page import build_report
 
-    return build_report(store, run_id, out)
+    return build_report(store, run_id, out, option="the run's report")
+
+
+def stage_failed(run_id: str, stage: str, err: Exception, store: str | Path) -> StoreError:
+    """The sentence for a published run whose ``stage`` could not be written (a full disk): the run is
+    whole, queries read it, and ``--resume`` writes what it lacks once the cause is mended."""
+    reason = (err.strerror or type(err).__name__).lower() if isinstance(err, OSError) else str(err)
+    return StoreError(
+        f"run {run_id!r} is published with all its documents, but its {stage} could not be written ({reason}); "
+        f"queries read the run as it is, and once that is mended `xai-ray run --resume {run_id} --store {store}` "
+        "writes what it lacks"
+    )
 
 
 def unfinished(store: str | Path, run_id: str) -> list[str]:
@@ -54,26 +65,48 @@ def unfinished(store: str | Path, run_id: str) -> list[str]:
 
     manifest = layout.read_manifest(layout.manifest_path(store, run_id))
     missing = []
-    if not layout.aggregate_file(store, run_id, WORD_TOTALS).is_file() or missing_aggregates(store, run_id):
+    if not _whole(layout.aggregate_file(store, run_id, WORD_TOTALS)) or missing_aggregates(store, run_id):
         missing.append("aggregates")
-    if RunConfig.from_manifest(manifest).report and not layout.report_path(store, run_id).is_file():
+    report_file = layout.report_path(store, run_id)
+    if RunConfig.from_manifest(manifest).report and not (report_file.is_file() and report_file.stat().st_size):
         missing.append("report")
     return missing
+
+
+def _whole(path: Path) -> bool:
+    """A kept Parquet file that reads (a write the disk cut short left a file, but not its footer)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException):
+        return False
+    return True
 
 
 def finish_published(store: str | Path, run_id: str) -> dict | None:
     """Write what a published run lacks (``unfinished``): its aggregates, then its report. Returns
     the run's manifest, the stages written and the report's path; None when the store holds no
     published run ``run_id`` or the run lacks nothing (``--resume`` then says why in its own words)."""
+    from xai_ray.query.connection import open_store
+    from xai_ray.report.outputs import OutputError
+
     if not layout.manifest_path(store, run_id).is_file():
         return None
+    open_store(store, run=run_id).close()  # a damaged run is refused (query.run_files), never aggregated as it is
     missing = unfinished(store, run_id)
     if not missing:
         return None
     manifest = layout.read_manifest(layout.manifest_path(store, run_id))
     cfg = RunConfig.from_manifest(manifest)
     log.info("run %s is published without its %s: writing them", run_id, " and ".join(missing))
-    summary = aggregate(store, run_id, cfg.top_k)
-    log.info("run %s: %s", run_id, summary)
-    out = report(store, run_id, layout.report_path(store, run_id)) if cfg.report else None
+    stage = "aggregates"
+    try:
+        summary = aggregate(store, run_id, cfg.top_k)
+        log.info("run %s: %s", run_id, summary)
+        stage = "report"
+        out = report(store, run_id, layout.report_path(store, run_id)) if cfg.report else None
+    except (OSError, OutputError) as err:
+        raise stage_failed(run_id, stage, err, store) from err
     return {"manifest": manifest, "written": missing, "report": out}

@@ -97,30 +97,93 @@ def part_columns(run: Path, version: int, docs: int | None = None) -> dict[str, 
             f"counts {docs} (a record and its files copied in from elsewhere would be read as this run's); "
             f"restore the run folder from a copy, or delete it ({run}) and run it again"
         )
-    if not found and type(docs) is int:
-        _check_unrecorded_docs(run, name, docs)
     return found
 
 
-def _check_unrecorded_docs(run: Path, name: str, docs: int) -> None:
-    """A run without part records (copied without ``_parts``) is read whole: refuse it when its
-    docs files under part names hold another count of documents than its manifest, as a copy of a
-    part under a writer's name (``part-1.parquet`` beside ``part-0.parquet``) would be read twice."""
+def check_table_totals(run: Path, manifest: dict, info: dict) -> None:
+    """Refuse a run whose files, those the views read (``recorded``), hold another number of rows
+    than its manifest counts, table by table: ``docs``, ``errors`` (with the evaluation's and the
+    rationales'), ``heads``, ``head_similarity`` and ``faithfulness``, and in a run without part
+    records its scores too. A sync tool's copy (``part-0-DESKTOP1.parquet``) was read as more of
+    the run, a deleted file or a linked one (never read) as less, and every answer changed without
+    a word. A file that cannot be read is left to the views' own read, which names it."""
+    counts = manifest.get("counts")
+    if not isinstance(counts, dict):
+        return
+    name = run.name.removeprefix(store_layout.RUN_PREFIX)
+    for table, expected in _expected_rows(counts).items():
+        held = _rows_held(run, info, table)
+        if held is None or held == expected:
+            continue
+        if table == "docs" and not info["parts"]:
+            raise QueryError(
+                f"run {name!r} has no part records ({PARTS}), so every file under a part's name is read, and its docs "
+                f"files hold {held} documents where its manifest counts {expected} (a copy of a part would be read "
+                f"as more of the run, a linked or missing one as less); remove the copies, restore {PARTS} from a "
+                f"copy of the run, or delete it ({run}) and run it again"
+            )
+        why = (
+            "a copy of one of its files, a sync tool's or a file manager's, would be read as more of the run: remove it"
+            if held > expected
+            else "a file of it is gone, or a symbolic link, which is never followed: restore it from a copy"
+        )
+        raise QueryError(
+            f"run {name!r} is damaged: its {table} files hold {held} rows where its manifest counts {expected} "
+            f"({why}), or delete the run ({run}) and run it again"
+        )
+    if not info["parts"] and info["layout"] >= 2:
+        _check_unrecorded_scores(run, name, counts, info)
+
+
+def _expected_rows(counts: dict) -> dict[str, int]:
+    """The tables whose rows a manifest counts one for one (a key missing, as in older runs: not checked)."""
+    errors = [counts.get("errors"), counts.get("evaluate_errors", 0), counts.get("plausibility_errors", 0)]
+    expected = {
+        "docs": counts.get("docs"),
+        "heads": counts.get("heads"),
+        "head_similarity": counts.get("head_similarity"),
+    }
+    expected["errors"] = sum(errors) if all(type(n) is int for n in errors) else None
+    if not any(key.startswith("plausibility") for key in counts):  # the rationales' rows are not counted as rows
+        expected["faithfulness"] = counts.get("faithfulness")
+    return {table: n for table, n in expected.items() if type(n) is int}
+
+
+def _rows_held(run: Path, info: dict, table: str) -> int | None:
+    """The rows of the files of ``table`` the views read (regular files only: a link or a pipe is
+    never opened); None where a footer cannot be read."""
     held = 0
-    for file in sorted((run / "docs").glob("part-*.parquet")):
-        if not PART_NAME.fullmatch(file.name):
+    for file in store_layout.store_files(run, run / table, "*.parquet"):
+        if not recorded(run, info, file):
             continue
         try:
             held += pq.read_metadata(file).num_rows
         except (OSError, pa.ArrowException):
-            return  # the views' own read names a damaged file
-    if held != docs:
-        raise QueryError(
-            f"run {name!r} has no part records ({PARTS}), so every file under a part's name is read, and its docs "
-            f"files hold {held} documents where its manifest counts {docs} (a copy of a part would be read as "
-            f"more of the run); remove the copies, restore {PARTS} from a copy of the run, or delete it ({run}) "
-            "and run it again"
-        )
+            return None
+    return held
+
+
+def _check_unrecorded_scores(run: Path, name: str, counts: dict, info: dict) -> None:
+    """A run without part records: its scores files hold as many rows as its counts give each slice
+    (as ``_rows_counted`` checks a part's file), else a part is missing or copied."""
+    slices = len(info["slices"])
+    tokens, words = counts.get("tokens"), counts.get("words")
+    if not slices or type(tokens) is not int or type(words) is not int or tokens % slices or words % slices:
+        return
+    tokens, words = tokens // slices, words // slices
+    ranges = {TOKEN_TABLE: (tokens, tokens + words) if info["layout"] >= 3 else (tokens, tokens)}
+    if info["layout"] == 2:
+        ranges[WORD_TABLE] = (words, words)
+    for table, (low, high) in ranges.items():
+        held = _rows_held(run, info, table)
+        if held is not None and not low <= held <= high:
+            raise QueryError(
+                f"run {name!r} has no part records ({PARTS}), so every file under a part's name is read, and its "
+                f"{table} files hold {held} rows where its manifest's counts give {low}"
+                + (f" to {high}" if high != low else "")
+                + f" (a part missing or copied); restore {PARTS} from a copy of the run, or delete it ({run}) "
+                "and run it again"
+            )
 
 
 def _foreign_file(run: Path, record: dict, docs: int | None, described) -> tuple[str, str] | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xai_ray.query.limits import QueryError
-from xai_ray.query.run_files import part_columns, recorded
+from xai_ray.query.run_files import check_table_totals, part_columns, recorded
 from xai_ray.store import layout as store_layout
 from xai_ray.store.schemas import SLICE
 from xai_ray.store.scores_v2 import TOKEN_TABLE, WORD_TABLE
@@ -70,6 +70,7 @@ def run_layouts(run_dirs: list[Path]) -> dict[Path, dict]:
             "parts": part_columns(folder, version, (manifest.get("counts") or {}).get("docs")),
         }
         _check_slices(folder, found[folder])
+        check_table_totals(folder, manifest, found[folder])
     return found
 
 

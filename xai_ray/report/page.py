@@ -50,10 +50,12 @@ def build_report(
     fmt: str = "png",
     con=None,
     extra: dict | None = None,
+    option: str = "--out",
 ) -> Path:
     """Write the report of ``run_id`` (default: newest run) to ``out``; returns its path. With
     ``charts_dir``, also write every chart there as ``fmt`` (png or svg) from the same queries.
-    ``con`` and ``extra``: see ``context``."""
+    ``con`` and ``extra``: see ``context``; ``option``: what a failed write names ``out`` as (the
+    flag that gave it, or what the run's own report is)."""
     out = check_target(out, store=store)  # before the work: a folder, a device, a link or a store file is refused
     if charts_dir is not None and Path(os.path.abspath(charts_dir)) == Path(os.path.abspath(out)):
         raise ConfigError(f"--charts-dir and --out both name {str(out)!r}; the charts need a folder of their own")
@@ -65,7 +67,7 @@ def build_report(
         definition = load_definition(definition)
     ctx = context(store, run_id, definition, k, con=con, extra=extra)
     sections = build_sections(ctx)
-    write_page(out, _page(ctx, sections))
+    write_page(out, _page(ctx, sections), option)
     if charts_dir is not None:
         _write_charts(sections, Path(charts_dir), fmt)
     return out
