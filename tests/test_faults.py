@@ -412,6 +412,31 @@ def test_copies_and_losses_in_any_table_are_refused_against_the_manifest(tmp_pat
         open_store(tmp_path)
 
 
+def test_a_run_folder_without_its_manifest_is_said_to_be_left_out(tmp_path, batches, caplog):
+    """A run folder whose manifest is gone (rsync copies it after the tables) was left out of every
+    answer without a word; ``--run`` said there was no such run, and the nightly union dropped it."""
+    import shutil
+
+    from xai_ray.ops.nightly import _refuse_unlisted_nights
+    from xai_ray.store import StoreError
+
+    run = publish_batches(tmp_path, batches)
+    night = tmp_path / "runs" / "run_id=nightly-2026-01-02"
+    shutil.copytree(run, night)
+    (night / "manifest.json").unlink()
+    with caplog.at_level("WARNING", logger="xai_ray"):
+        assert open_store(tmp_path).execute("select count(distinct run_id) from docs").fetchone() == (1,)
+    assert "run 'nightly-2026-01-02' is left out of every query: its folder's manifest.json is missing" in caplog.text
+    with pytest.raises(QueryError, match="run 'nightly-2026-01-02' is not read: its folder's manifest.json is missing"):
+        open_store(tmp_path, run="nightly-2026-01-02")
+    with pytest.raises(StoreError, match="nightly run 'nightly-2026-01-02' is not read: .* would leave its documents"):
+        _refuse_unlisted_nights(tmp_path)
+    (run / "manifest.json").rename(tmp_path / "m.json")
+    (run / "manifest.json").symlink_to(tmp_path / "m.json")
+    with pytest.raises(QueryError, match="run 'r' is not read: its folder's manifest.json is a symbolic link"):
+        open_store(tmp_path, run="r")
+
+
 def test_a_damaged_kept_aggregate_is_computed_again(tmp_path):
     """A kept aggregate is a cache of the run: one cut short reads as never kept (the report
     computes it again) instead of a pyarrow traceback."""

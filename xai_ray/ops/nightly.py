@@ -104,6 +104,7 @@ def run_nightly(cfg: RunConfig, date: str | None = None, definition=None) -> Nig
     run_id = PREFIX + date
     # the libraries' chatter (weight loading, Ray's executor lines) into the night's log, as `run` does
     with nightly_lock(local), native_stderr_into(route_noise(store_layout.run_log(local, run_id))):
+        _refuse_unlisted_nights(local)
         model = describe_model(cfg.model, cfg.allow_pickle, cfg.trust_remote_code)
         check_start_layer(cfg.start_layer, model["n_layers"])
         check_structure(cfg.model, methods_need(cfg.methods), cfg.allow_pickle, cfg.trust_remote_code)
@@ -176,6 +177,19 @@ def _unscorable(screened) -> str:
     for row in screened.rejected().itertuples() if hasattr(screened, "rejected") else ():
         log.info("nightly: %s cannot be scored: %s", row.doc_id, row.reason)
     return f"; {count} row(s) cannot be scored (bad text, id or label, or a repeated id; the night's log says why)"
+
+
+def _refuse_unlisted_nights(local: Path) -> None:
+    """A night's run folder without its manifest is read by no query: tonight's union and report
+    (written over the last good one) would leave its documents out without a word."""
+    from xai_ray.query.connection import unlisted_why
+
+    for folder in store_layout.unlisted_runs(local):
+        if store_layout.run_id_of(folder).startswith(PREFIX):
+            raise StoreError(
+                f"nightly run {store_layout.run_id_of(folder)!r} is not read: {unlisted_why(folder)}; the nights' "
+                "report would leave its documents out"
+            )
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 import duckdb
@@ -33,6 +34,7 @@ from xai_ray.store.aggregates import kept_rows
 from xai_ray.store.schemas import RUNS
 from xai_ray.store.schemas import TABLES as SCHEMAS
 
+log = logging.getLogger("xai_ray")
 SQL_DIR = Path(__file__).parent / "sql"
 WORD_TOTALS = "word_totals"  # the aggregate stage's per-word sums (top_words.keep_word_totals)
 TABLES = ("docs", "errors", "tokens", "words", "faithfulness", "heads", "head_similarity")
@@ -72,8 +74,15 @@ def open_store(
     con.execute(sql_text("macro_counted_word"))  # which words count, one definition for every top-k query
     con.execute(sql_text("macro_word_key"))  # what a word is to them (lower case, NFC, one apostrophe)
     published = store_layout.list_runs(root)
+    unlisted = {store_layout.run_id_of(folder): folder for folder in store_layout.unlisted_runs(root)}
+    if run is not None and run in unlisted:
+        raise QueryError(f"run {run!r} is not read: {unlisted_why(unlisted[run])}")
     if run is not None and run not in published:
         raise QueryError(f"no run {run!r} in the store; runs: {', '.join(published) or 'none yet'}")
+    for run_id, folder in unlisted.items():  # said once a process: the answers leave these runs out
+        if run is None and folder not in _WARNED:
+            _WARNED.add(folder)
+            log.warning("run %r is left out of every query: %s", run_id, unlisted_why(folder))
     runs = [store_layout.run_dir(root, run_id) for run_id in published if run is None or run_id == run]
     readable = _create_views(con, root, runs, TABLES, "view")
     con.from_arrow(_runs_table(runs)).create_view("runs")
@@ -90,6 +99,18 @@ def open_store(
     if sandbox:
         lock_down(con, readable, limits)
     return con
+
+
+_WARNED: set[Path] = set()
+
+
+def unlisted_why(folder: Path) -> str:
+    manifest = folder / store_layout.MANIFEST
+    what = "is a symbolic link, which is never followed" if manifest.is_symlink() else "is missing"
+    return (
+        f"its folder's {store_layout.MANIFEST} {what} (deleted, or a copy cut short before it), so no query, report "
+        f"or nightly sees its rows; restore it from a copy, or move {folder} out of the store"
+    )
 
 
 def word_totals_tag() -> dict:

@@ -91,6 +91,20 @@ def run_folders(store: str | Path) -> list[Path]:
     return found
 
 
+def unlisted_runs(store: str | Path) -> list[Path]:
+    """Run folders that ``run_folders`` leaves out for want of their manifest (deleted, a copy cut
+    short before it: rsync copies it after the tables, or a link): no query, report or nightly union
+    reads them, which a reader must say rather than answer short. A run is published with its
+    manifest in one rename, so none is ever seen half-published."""
+    return sorted(
+        folder
+        for folder in runs_dir(store).glob(f"{RUN_PREFIX}*")
+        if folder.is_dir()
+        and utf8(folder.name)
+        and not ((folder / MANIFEST).is_file() and inside(store, folder / MANIFEST))
+    )
+
+
 def utf8(name: str) -> bool:
     """Whether a file name read from the disk is UTF-8 (Python keeps other bytes as surrogates)."""
     try:
