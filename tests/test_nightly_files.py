@@ -56,6 +56,14 @@ def test_latest_points_at_the_newest_night_through_a_swapped_link(tmp_path):
     assert point_latest(tmp_path, "2026-02-28") == latest and os.readlink(latest) == DATE  # a past night rebuilt
     assert not os.path.lexists(layout.latest_swap(tmp_path))  # the link made beside it was renamed over it
     assert (latest / "report.html").read_text() == f"<html>{DATE}</html>"
+    # latest copied as a folder (a copy that followed the link): it gets the redirect page, and the
+    # link made for the swap is not left beside it (it was, after every night)
+    os.unlink(latest)
+    latest.mkdir()
+    report("2026-03-02")
+    assert point_latest(tmp_path, "2026-03-02") == latest and latest.is_dir()
+    assert "../2026-03-02/report.html" in (latest / "report.html").read_text()
+    assert not os.path.lexists(layout.latest_swap(tmp_path))
 
 
 def test_the_lock_and_the_log_are_never_opened_through_a_planted_link(tmp_path):

@@ -22,6 +22,7 @@ Over 300 lines: the nightly job reads top to bottom as the numbered steps above.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -391,7 +392,9 @@ def point_latest(local: Path, date: str) -> Path:
             temporary.unlink()
         os.symlink(date, temporary)
         os.replace(temporary, latest)
-    except OSError:
+    except OSError:  # no symlinks here, or latest is a folder (a copy that followed the link)
+        with contextlib.suppress(OSError):
+            temporary.unlink()  # the link made for the swap: left behind, it was read as a night's folder
         latest.mkdir(parents=True, exist_ok=True)
         write_atomically(latest / REPORT, _redirect(f"../{date}/{REPORT}"))
     return latest
