@@ -108,15 +108,20 @@ def test_a_row_without_an_id_is_not_named_as_a_real_id():
     assert rejected.reason.tolist()[0].startswith("doc_id is missing")
 
 
+def _screened_lines(tmp_path, *lines: str):
+    """(kept, rejected) of a JSON Lines file of ``lines``, read and screened for classes 0 and 1."""
+    (tmp_path / "c.jsonl").write_text("".join(line + "\n" for line in lines))
+    return screen(read_corpus(str(tmp_path / "c.jsonl")), [0, 1])
+
+
 def test_an_id_that_is_a_json_object_is_named_with_its_numbers_as_written(tmp_path):
     """An object id is refused, named by its JSON text: its numbers were written as strings there."""
-    source = tmp_path / "c.jsonl"
-    source.write_text(
-        '{"id": {"a": 1, "b": [2.50, true, null]}, "text": "x", "label": 1}\n'
-        '{"id": [7], "text": "y", "label": 1}\n'
-        '{"id": "ok", "text": "z", "label": 1}\n'
+    kept, rejected = _screened_lines(
+        tmp_path,
+        '{"id": {"a": 1, "b": [2.50, true, null]}, "text": "x", "label": 1}',
+        '{"id": [7], "text": "y", "label": 1}',
+        '{"id": "ok", "text": "z", "label": 1}',
     )
-    kept, rejected = screen(read_corpus(str(source)), [0, 1])
     assert kept.doc_id.tolist() == ["ok"]
     assert rejected.doc_id.tolist() == ['{"a": 1, "b": [2.50, true, null]}', "[7]"]
     assert rejected.reason.tolist() == [
@@ -225,18 +230,17 @@ def test_a_compressed_or_binary_file_under_a_text_name_is_named_as_what_it_is(tm
 def test_a_text_of_line_breaks_alone_is_named_as_such(tmp_path):
     """A review of `<br />` tags alone was refused as "empty or whitespace only": true of the text
     clean_html leaves, not of the file's. Kept with clean_html off, where the tags are its words."""
-    source = tmp_path / "c.jsonl"
-    source.write_text(
-        '{"id": "a", "text": "<br /><BR/> <br>", "label": 1}\n'
-        '{"id": "b", "text": "fine<br />film", "label": 0}\n'
-        '{"id": "c", "text": "  ", "label": 0}\n'
+    lines = (
+        '{"id": "a", "text": "<br /><BR/> <br>", "label": 1}',
+        '{"id": "b", "text": "fine<br />film", "label": 0}',
+        '{"id": "c", "text": "  ", "label": 0}',
     )
-    kept, rejected = screen(read_corpus(str(source)), [0, 1])
+    kept, rejected = _screened_lines(tmp_path, *lines)
     reasons = dict(zip(rejected.doc_id, rejected.reason))
     assert kept.text.tolist() == ["fine film"]
     assert reasons["a"].startswith("text is HTML line breaks (<br />) and white space only: clean_html turns")
     assert reasons["c"] == "text is empty or whitespace only"
-    kept, rejected = screen(read_corpus(str(source), clean_html=False), [0, 1])
+    kept, rejected = screen(read_corpus(str(tmp_path / "c.jsonl"), clean_html=False), [0, 1])
     assert kept.doc_id.tolist() == ["a", "b"] and rejected.doc_id.tolist() == ["c"]
 
 
