@@ -214,6 +214,7 @@ def test_decimal_labels_are_class_numbers_as_float_ones_are(tmp_path):
     [
         (b"\x1f\x8b\x08\x00", "gzip-compressed (decompress it: gunzip)"),
         (b"PAR1\x15\x04", "a Parquet file (name it .parquet)"),
+        (b"BZh91AY", "bzip2-compressed (decompress it: bunzip2)"),
     ],
 )
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
@@ -225,6 +226,13 @@ def test_a_compressed_or_binary_file_under_a_text_name_is_named_as_what_it_is(tm
     source.write_bytes(head + bytes(range(256)))
     with pytest.raises(CorpusError, match=f"is no {kind.upper()} text: it is {re.escape(what)}"):
         read_corpus(str(source))
+
+
+def test_a_csv_whose_header_begins_like_a_magic_number_is_read(tmp_path):
+    """Only bzip2's whole magic (BZh and a block size digit) is taken for bzip2: a column may be "BZhang"."""
+    (tmp_path / "c.csv").write_text("BZhang,text,label\na,good,1\n")
+    corpus = read_corpus(str(tmp_path / "c.csv"), id_column="BZhang")
+    assert corpus.doc_id.tolist() == ["a"]
 
 
 def test_a_text_of_line_breaks_alone_is_named_as_such(tmp_path):

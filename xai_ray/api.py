@@ -71,6 +71,11 @@ def _with_nulls(cfg, nulls: dict):
     and says so where not. They were left out before, leaving the default (the ``label`` column)."""
     from dataclasses import replace
 
+    from xai_ray.config import FIELD_NAMES
+
+    unknown = sorted(k for k in nulls if k not in FIELD_NAMES)
+    if unknown:  # as resolve names a key it does not know (it never saw these: None is "not given" there)
+        raise ConfigError(f"unknown config key {unknown[0]!r} in keywords")
     columns = {k: NO_COLUMN for k in nulls if k in ("label_column", "id_column")}
     return replace(cfg, **{**nulls, **columns})
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import re
 import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -184,16 +185,17 @@ MAGIC = {
     b"PAR1": "a Parquet file (name it .parquet)",
     b"\xfd7zXZ\x00": "xz-compressed (decompress it: unxz)",
     b"\x28\xb5\x2f\xfd": "zstd-compressed (decompress it: unzstd)",
-    b"BZh": "bzip2-compressed (decompress it: bunzip2)",
 }
+BZIP2 = re.compile(rb"BZh[1-9]")  # bzip2's magic and block size: a CSV header may begin with "BZh" itself
 
 
 def _refuse_binary(file: Path, kind: str) -> None:
     with open(file, "rb") as handle:
         head = handle.read(8)
-    for magic, what in MAGIC.items():
-        if head.startswith(magic):
-            raise CorpusError(f"{str(file)!r} is no {kind.upper()} text: it is {what}")
+    found = [what for magic, what in MAGIC.items() if head.startswith(magic)]
+    found += ["bzip2-compressed (decompress it: bunzip2)"] if BZIP2.match(head) else []
+    if found:
+        raise CorpusError(f"{str(file)!r} is no {kind.upper()} text: it is {found[0]}")
 
 
 def _require_text_column(source, text_column: str, columns: list[str]) -> None:
