@@ -39,6 +39,9 @@ def notebook_run(data, model, store, run_id):
 
 
 def test_the_second_run_reuses_the_warm_actors(ray_cluster, tiny_bert_dir, tiny_distilbert_dir, tmp_path, monkeypatch):
+    xai_ray.shutdown()  # a Ray an earlier module's notebook run started (the fixture joined it) ends here
+    if not ray_cluster.is_initialized():  # this module's Ray is then started as a user's ray.init is
+        ray_cluster.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     data = tmp_path / "reviews.parquet"
     pd.DataFrame({"id": [f"r{i}" for i in range(12)], "text": TEXTS, "label": [i % 2 for i in range(12)]}).to_parquet(
         data
@@ -149,3 +152,11 @@ def test_relative_paths_after_a_change_of_folder(
     assert relative.words("raw", 1)["score"].sum() == pytest.approx(absolute.words("raw", 1)["score"].sum(), rel=1e-6)
     xai_ray.shutdown()
     assert not ray_cluster.is_initialized()  # the Ray xai_ray started is gone with its actors
+    # ours ended behind xai_ray's back and the user's own started: xai_ray.shutdown leaves that one up
+    from xai_ray import runtime
+
+    runtime.ensure_ray()
+    ray_cluster.shutdown()
+    ray_cluster.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+    xai_ray.shutdown()
+    assert ray_cluster.is_initialized()

@@ -13,18 +13,29 @@ from xai_ray.progress import quiet_ray_env, route_ray_loggers
 log = logging.getLogger("xai_ray")
 
 
-_STARTED = {"ray": False}  # whether this process's Ray connection was made by ensure_ray
+_STARTED = {"session": None}  # the Ray session ensure_ray started or joined (None: none, or not ours)
+
+
+def ray_session() -> str:
+    """This Ray session's unique name: a cluster started again (a test module's, a notebook's after
+    ``xai_ray.shutdown()``) counts its jobs from 1 again, so job ids alone would match a dead one."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    return getattr(node, "session_name", None) or ray.get_runtime_context().get_job_id()
 
 
 def shutdown_own_ray() -> bool:
     """End the Ray connection ``ensure_ray`` made (a local cluster it started goes with it); one the
-    user made with ``ray.init`` stays. Returns whether one was ended."""
+    user made with ``ray.init`` stays, even after ours was ended behind our back (``ray.shutdown()``
+    and ``ray.init()`` by hand). Returns whether one was ended."""
     import ray
 
-    if not (_STARTED["ray"] and ray.is_initialized()):
+    ours = _STARTED["session"]
+    if ours is None or not ray.is_initialized() or ray_session() != ours:
         return False
     ray.shutdown()
-    _STARTED["ray"] = False
+    _STARTED["session"] = None
     return True
 
 
@@ -55,7 +66,7 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
             join_cluster(ray, address, options)
         else:  # a local head without the dashboard head and the monitors a local run never uses
             init_local(ray.init, keep_log_monitor=bool(options["log_to_driver"]), **options)
-        _STARTED["ray"] = True  # ours to end (xai_ray.shutdown); a Ray the user started is theirs
+        _STARTED["session"] = ray_session()  # ours to end (xai_ray.shutdown); a Ray the user started is theirs
         route_ray_loggers()
         if one_run_only():  # ray.init set its own SIGTERM handler: exit 1, no word (`timeout`, `docker stop`)
             catch_sigterm()
@@ -195,7 +206,7 @@ def release_if_done() -> None:
     log.debug("letting Ray go: the run's last Ray stage is done")
     closing = threading.Thread(target=ray.shutdown, name="xai-ray-shutdown")  # not a daemon: joined at exit
     _process["closing"] = closing
-    _STARTED["ray"] = False
+    _STARTED["session"] = None
     closing.start()
 
 

@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from xai_ray import runtime
+
 log = logging.getLogger("xai_ray")
 HOST = "ScorerHost"  # the actors' class name in Ray's actor table (tests find them by it)
 _pool: dict = {}  # "current": the live Pool of this process, if any
@@ -152,7 +154,7 @@ def start(cfg, actors: int, gpus: float, early: bool = False) -> Pool | None:
     import ray
 
     nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-    session = _session()
+    session = runtime.ray_session()  # a new session's job ids start again: never a dead pool's
     key = (
         tuple(sorted(identity(cfg).items())),
         source_state(cfg.model, nested=False),  # a folder fine-tuned again in place: new actors
@@ -225,15 +227,6 @@ def auto_actors(gpus: float, cpus_per_actor: float) -> int:
     if gpus > 0:
         return max(1, int(resources.get("GPU", 1) // gpus))
     return max(1, int(resources.get("CPU", 1) // max(cpus_per_actor, 1)))
-
-
-def _session() -> str:
-    """This Ray session's unique name: a cluster started again (a test module's, a notebook's after
-    ``xai_ray.shutdown()``) counts its jobs from 1 again, so job ids would match a dead pool."""
-    import ray
-
-    node = getattr(ray._private.worker, "_global_node", None)
-    return getattr(node, "session_name", None) or ray.get_runtime_context().get_job_id()
 
 
 def score_on_pool(batch: dict, leases, config):
