@@ -57,13 +57,13 @@ def stage_failed(run_id: str, stage: str, err: Exception, store: str | Path) -> 
     )
 
 
-def unfinished(store: str | Path, run_id: str) -> list[str]:
-    """The stages a published run still lacks: ``aggregates`` when a kept aggregate that its
-    stage writes is missing, ``report`` when its settings asked for a report and there is none."""
+def unfinished(store: str | Path, run_id: str, manifest: dict) -> list[str]:
+    """The stages a published run (``manifest``: its manifest) still lacks: ``aggregates`` when a
+    kept aggregate that its stage writes is missing, ``report`` when its settings asked for a
+    report and there is none."""
     from xai_ray.query.connection import WORD_TOTALS
     from xai_ray.report.aggregates import missing_aggregates
 
-    manifest = layout.read_manifest(layout.manifest_path(store, run_id))
     missing = []
     if not _whole(layout.aggregate_file(store, run_id, WORD_TOTALS)) or missing_aggregates(store, run_id):
         missing.append("aggregates")
@@ -95,10 +95,10 @@ def finish_published(store: str | Path, run_id: str) -> dict | None:
     if not layout.manifest_path(store, run_id).is_file():
         return None
     open_store(store, run=run_id).close()  # a damaged run is refused (query.run_files), never aggregated as it is
-    missing = unfinished(store, run_id)
+    manifest = layout.read_manifest(layout.manifest_path(store, run_id))
+    missing = unfinished(store, run_id, manifest)
     if not missing:
         return None
-    manifest = layout.read_manifest(layout.manifest_path(store, run_id))
     cfg = RunConfig.from_manifest(manifest)
     log.info("run %s is published without its %s: writing them", run_id, " and ".join(missing))
     stage = "aggregates"
