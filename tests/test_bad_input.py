@@ -108,6 +108,23 @@ def test_a_row_without_an_id_is_not_named_as_a_real_id():
     assert rejected.reason.tolist()[0].startswith("doc_id is missing")
 
 
+def test_a_line_that_is_no_row_is_not_named_as_a_real_id(tmp_path):
+    """A JSON line that is no object is named by its line (``line-2``); a real row with that very
+    id made its error read as the other's, or, when the real row came first, called the bad line a
+    duplicate of it. The bad line is now told apart, with its own reason."""
+    kept, rejected = _screened_lines(
+        tmp_path,
+        '{"id": "line-2", "text": "good", "label": 1}',
+        "not json",
+        "[1]",
+        '{"id": "line-3", "text": "fine", "label": 0}',
+    )
+    assert kept.doc_id.tolist() == ["line-2", "line-3"]
+    assert rejected.doc_id.tolist() == ["line-2 (no id)", "line-3 (no id)"]
+    assert rejected.reason[0].startswith("line 2 is not valid JSON")
+    assert rejected.reason[1] == "line 3 is a JSON array, not an object"
+
+
 def _screened_lines(tmp_path, *lines: str):
     """(kept, rejected) of a JSON Lines file of ``lines``, read and screened for classes 0 and 1."""
     (tmp_path / "c.jsonl").write_text("".join(line + "\n" for line in lines))

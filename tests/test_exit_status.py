@@ -190,8 +190,10 @@ def test_a_disk_full_after_publishing_says_the_run_is_whole(ray_cluster, tmp_pat
     assert "has no part records (_parts)" in capsys.readouterr().err
     assert not (run_dir / "report.html").exists()
     (run_dir / "docs" / "part-0-DESKTOP1.parquet").unlink()
+    kept = {f: f.stat().st_mtime_ns for f in (run_dir / "aggregates").iterdir()}
     assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 0
     assert "its report written now" in capsys.readouterr().out
+    assert {f: f.stat().st_mtime_ns for f in (run_dir / "aggregates").iterdir()} == kept  # the report alone written
     # a run that lacks nothing still says so
     assert cli.main(["run", "--resume", "r", "--store", str(tmp_path / "store")]) == 2
     assert "is already complete; nothing to resume" in capsys.readouterr().err

@@ -445,6 +445,7 @@ def test_a_damaged_kept_aggregate_is_computed_again(tmp_path):
     from xai_ray.store.aggregates import read_aggregate, write_aggregate
 
     (tmp_path / "runs" / "run_id=r").mkdir(parents=True)
+    (tmp_path / "runs" / "run_id=r" / "manifest.json").write_text('{"created_at": "2026-01-01T00:00:00+00:00"}')
     kept = write_aggregate(tmp_path, "r", "report_topk_all", {"k": 3}, pd.DataFrame({"word": ["a"], "n": [1]}))
     assert read_aggregate(tmp_path, "r", "report_topk_all", {"k": 3}).to_dict("list") == {"word": ["a"], "n": [1]}
     kept.write_bytes(kept.read_bytes()[:40])

@@ -77,8 +77,8 @@ def _jsonl(folder):
     path.write_text(
         '{"id": "007", "text": "a", "label": 0}\n{"id": 7, "text": "b", "label": 1}\n{"id": null, "text": "c"}\n'
         '[1]\n{"id": 1, "text": "d", "label": 1}\n{"id": "1", "text": "e", "label": 0}\nnot json\n'
-        '{"id": 2, "text": 5, "label": 1}\n{"id": 3, "text": "f"}\n'
-    )
+        '{"id": 2, "text": 5, "label": 1}\n{"id": 3, "text": "f"}\n{"id": "line-7", "text": "g", "label": 1}\n'
+    )  # line 7 is no JSON, and a later row holds the id "line-7": told apart on the workers too
     return path
 
 
@@ -119,6 +119,8 @@ def test_workers_screen_as_one_process_does(ray_cluster, tmp_path, kind, limit):
         assert list(kept.doc_id) == ["ok1", "ok2"]  # "word" has the label "pos"; "" is a missing id
         assert rejected.doc_id.tolist() == ["null", "blank", "ok1", "label", "row-6", "word", "bytes", "ok2"]
         assert rejected.reason.tolist()[-1] == "duplicate doc_id: row 9 repeats the id of row 3, which is kept"
+    if kind == "jsonl":
+        assert "line-7" in list(kept.doc_id) and "line-7 (no id)" in list(rejected.doc_id)
 
 
 @pytest.mark.ray

@@ -292,6 +292,36 @@ def test_word_totals_kept_by_another_definition_of_a_word_are_not_read(tmp_path)
     assert topk(con, method=METHOD, k=3, min_docs=1)["word"].tolist() == expected["word"].tolist()
 
 
+def test_word_totals_copied_in_from_another_run_are_not_read_as_this_runs(tmp_path):
+    """A kept aggregate names the run it was computed from: run s's folder holding run r's word
+    totals (a hand copy, a sync tool) gave s the top words of r. Now they are left out, topk
+    scans s's own words, and `--resume` counts s's aggregates as missing and keeps them again."""
+    import shutil
+
+    from xai_ray.pipeline.finishing import unfinished
+    from xai_ray.query.top_words import has_word_totals
+    from xai_ray.query.word_totals import keep_word_totals
+    from xai_ray.report.aggregates import keep_aggregates
+    from xai_ray.store import layout
+
+    write_store(tmp_path, [doc_row(f"a{i}", ["good", "film"], [0.9, 0.1]) for i in range(4)], run_id="r")
+    write_store(tmp_path, [doc_row(f"b{i}", ["dull", "plot"], [0.8, 0.2]) for i in range(4)], run_id="s")
+    for run_id in ("r", "s"):
+        keep_word_totals(tmp_path, run_id)
+        keep_aggregates(tmp_path, run_id)
+    manifest = layout.read_manifest(layout.manifest_path(tmp_path, "s"))
+    assert unfinished(tmp_path, "s", manifest) == ["report"]
+    shutil.copy(
+        layout.aggregate_file(tmp_path, "r", "word_totals"), layout.aggregate_file(tmp_path, "s", "word_totals")
+    )
+    con = open_store(tmp_path)
+    assert has_word_totals(con, "r") and not has_word_totals(con, "s")
+    assert topk(con, run_id="s", method=METHOD, k=2, min_docs=1)["word"].tolist() == ["dull", "plot"]
+    assert unfinished(tmp_path, "s", manifest) == ["aggregates", "report"]
+    keep_word_totals(tmp_path, "s")
+    assert has_word_totals(open_store(tmp_path), "s") and unfinished(tmp_path, "s", manifest) == ["report"]
+
+
 @pytest.mark.parametrize("stat", ["lift", "share"])
 def test_the_reports_top_words_from_the_kept_totals_are_those_of_the_scan(tmp_path, stat):
     """The report's top words of every slice (report_topk_all.sql, a scan of every word) and the

@@ -16,6 +16,7 @@ always read as an index, even when a model names its classes ``"1"``, ``"2"``, .
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 import numpy as np
@@ -43,16 +44,16 @@ def screen(corpus: pd.DataFrame, classes=None) -> tuple[pd.DataFrame, pd.DataFra
     for row, (doc_id, text, problem, name) in enumerate(rows):
         doc_id, reason, labels[row] = local_problem(row, doc_id, text, labels[row], problem, classes, name)
         ids.append(doc_id)
-        if doc_id in first_row and not (reason or "").startswith(MISSING_ID):
+        if doc_id in first_row and not unnamed(reason):
             reason = duplicate(row, first_row[doc_id])  # a repeated id is named as such, whatever else
         if reason is None:
             first_row[doc_id] = row
             keep.append(row)
         else:
             rejected.append({"doc_id": doc_id, "stage": "read", "reason": reason})
-    named = {ids[i] for i in keep} | {r["doc_id"] for r in rejected if not r["reason"].startswith(MISSING_ID)}
+    named = {ids[i] for i in keep} | {r["doc_id"] for r in rejected if not unnamed(r["reason"])}
     for r in rejected:
-        if r["reason"].startswith(MISSING_ID) and r["doc_id"] in named:
+        if unnamed(r["reason"]) and r["doc_id"] in named:
             r["doc_id"] = unclashed(r["doc_id"])
     kept = corpus.assign(label=pd.array(labels, dtype="Int64")).iloc[keep]
     kept = kept.drop(columns=["problem", "label_name"], errors="ignore")
@@ -65,9 +66,22 @@ MISSING_ID = "doc_id is missing"
 NO_LABELS = "use --set label_column=none to score without labels"
 
 
+# How the reader begins the reason of a row it could not read as one (data.fields: a JSON line that
+# is no object, a CSV row with a broken quote or too many fields, an array element that is no
+# object); such a row is named by where it stands (``line-N``), not by an id of the corpus.
+READER_NAMED = re.compile(r"(lines? \d+|element \d+)\b")
+
+
+def unnamed(reason: str | None) -> bool:
+    """Whether a rejected row's name is screening's or the reader's, not an id of the corpus: a
+    row without an id (``row-N``) or a line that is no row (``line-N``). Such a row is never a
+    duplicate, and never named as a real id (``unclashed``)."""
+    return reason is not None and (reason.startswith(MISSING_ID) or READER_NAMED.match(reason) is not None)
+
+
 def unclashed(name: str) -> str:
-    """The name of a row without an id (``row-N``) where a row of the corpus has that very id:
-    ``errors`` would otherwise hold a row that reads as the other's."""
+    """The name of a row without an id (``row-N``, ``line-N``) where a row of the corpus has that
+    very id: ``errors`` would otherwise hold a row that reads as the other's."""
     return f"{name} (no id)"
 
 
@@ -167,8 +181,8 @@ VERDICTS = pa.schema([("pos", pa.int64()), ("verdict", pa.int8()), ("doc_id", pa
 def verdicts(rows: pa.Table) -> pa.Table:
     """Every row ``screen`` would not score, decided over all rows of the corpus at once.
 
-    ``rows``: ``pos`` (the row's number in input order), ``doc_id`` (as stored), ``missing`` (the
-    id was missing), ``reason`` (``local_problem``'s, or null), ``done`` and ``unchanged`` (kept
+    ``rows``: ``pos`` (the row's number in input order), ``doc_id`` (as stored), ``missing`` (no id
+    of its own: ``unnamed``), ``reason`` (``local_problem``'s, or null), ``done`` and ``unchanged`` (kept
     rows a resumed run or a nightly run need not score). Returns ``VERDICTS`` rows sorted by
     ``pos``: REJECTED (with the local reason), DUPLICATE (a later row with the id of a kept row:
     the first row without a problem wins, as in ``screen``), DONE and UNCHANGED. Rows to score

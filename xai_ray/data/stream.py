@@ -266,7 +266,7 @@ def _local(batch: pa.Table, done, known, classes) -> pa.Table:
         stored, reason, _ = screening.local_problem(pos, doc_id, text, label, problem, classes, name)
         ids.append(stored)
         reasons.append(reason)
-        missing.append(reason is not None and reason.startswith(screening.MISSING_ID))
+        missing.append(screening.unnamed(reason))  # no id of its own: never a duplicate
     ids = pa.array(ids, pa.string())
     is_done = pc.is_in(ids, value_set=done).fill_null(False) if len(done) else pa.array(np.zeros(len(ids), bool))
     unchanged = np.zeros(len(ids), bool)

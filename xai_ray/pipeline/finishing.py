@@ -61,28 +61,17 @@ def unfinished(store: str | Path, run_id: str, manifest: dict) -> list[str]:
     """The stages a published run (``manifest``: its manifest) still lacks: ``aggregates`` when a
     kept aggregate that its stage writes is missing, ``report`` when its settings asked for a
     report and there is none."""
-    from xai_ray.query.connection import WORD_TOTALS
+    from xai_ray.query.connection import WORD_TOTALS, word_totals_tag
     from xai_ray.report.aggregates import missing_aggregates
+    from xai_ray.store.aggregates import is_kept
 
     missing = []
-    if not _whole(layout.aggregate_file(store, run_id, WORD_TOTALS)) or missing_aggregates(store, run_id):
+    if not is_kept(store, run_id, WORD_TOTALS, word_totals_tag()) or missing_aggregates(store, run_id):
         missing.append("aggregates")
     report_file = layout.report_path(store, run_id)
     if RunConfig.from_manifest(manifest).report and not (report_file.is_file() and report_file.stat().st_size):
         missing.append("report")
     return missing
-
-
-def _whole(path: Path) -> bool:
-    """A kept Parquet file that reads (a write the disk cut short left a file, but not its footer)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        pq.read_metadata(path)
-    except (OSError, pa.ArrowException):
-        return False
-    return True
 
 
 def finish_published(store: str | Path, run_id: str) -> dict | None:
@@ -103,8 +92,8 @@ def finish_published(store: str | Path, run_id: str) -> dict | None:
     log.info("run %s is published without its %s: writing them", run_id, " and ".join(missing))
     stage = "aggregates"
     try:
-        summary = aggregate(store, run_id, cfg.top_k)
-        log.info("run %s: %s", run_id, summary)
+        if "aggregates" in missing:  # kept ones are not written again: a report alone needs none
+            log.info("run %s: %s", run_id, aggregate(store, run_id, cfg.top_k))
         stage = "report"
         out = report(store, run_id, layout.report_path(store, run_id)) if cfg.report else None
     except (OSError, OutputError) as err:

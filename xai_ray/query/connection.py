@@ -30,7 +30,7 @@ from xai_ray.query.run_files import recorded
 from xai_ray.query.views import SOURCES, folder_files, run_layouts, view_sql
 from xai_ray.store import StoreError
 from xai_ray.store import layout as store_layout
-from xai_ray.store.aggregates import kept_rows
+from xai_ray.store.aggregates import kept_rows, run_mark
 from xai_ray.store.schemas import RUNS
 from xai_ray.store.schemas import TABLES as SCHEMAS
 
@@ -85,13 +85,18 @@ def open_store(
             log.warning("run %r is left out of every query: %s", run_id, unlisted_why(folder))
     runs = [store_layout.run_dir(root, run_id) for run_id in published if run is None or run_id == run]
     readable = _create_views(con, root, runs, TABLES, "view")
-    con.from_arrow(_runs_table(runs)).create_view("runs")
-    totals = [store_layout.aggregate_file(root, store_layout.run_id_of(run), WORD_TOTALS) for run in runs]
+    runs_table = _runs_table(runs)
+    con.from_arrow(runs_table).create_view("runs")
     # A run that scored nothing keeps an empty file; one kept by an earlier version holds null-typed
     # columns that no other run's file can be read beside, or sums of another definition of a word
-    # (its tag): left out (topk and the report then take their slow path).
-    tag = word_totals_tag()
-    totals = sorted(str(f) for f in totals if f.is_file() and store_layout.inside(root, f) and kept_rows(f, tag) > 0)
+    # (its tag), or was copied in from another run (its mark): left out (topk and the report then
+    # take their slow path, and `xai-ray run --resume` keeps them again).
+    tag, totals = word_totals_tag(), []
+    for run_id, created_at in zip(*runs_table.select(["run_id", "created_at"]).to_pydict().values()):
+        path = store_layout.aggregate_file(root, run_id, WORD_TOTALS)
+        if path.is_file() and store_layout.inside(root, path) and kept_rows(path, tag, run_mark(run_id, created_at)):
+            totals.append(str(path))
+    totals.sort()
     if totals:  # the runs' kept word totals (keep_word_totals): topk's fast path
         readable += totals
         con.execute("SET VARIABLE files_word_totals = ?", [as_written(totals)])

@@ -17,7 +17,7 @@ from xai_ray.query.intervals import SUMMARY, SUMMARY_PARAMS, faithfulness_summar
 from xai_ray.report import leaderboard
 from xai_ray.report.context import KEPT, Context, context, has_relation, kept_tag
 from xai_ray.report.definition import load_definition
-from xai_ray.store.aggregates import write_aggregate
+from xai_ray.store.aggregates import is_kept, write_aggregate
 
 # The sections that read each kept query; a query is planned only when one of them is in the definition.
 READERS = {
@@ -73,9 +73,12 @@ def keep_aggregates(store: str | Path, run_id: str, definition: str | Path | dic
 
 
 def missing_aggregates(store: str | Path, run_id: str) -> list[str]:
-    """The aggregates ``keep_aggregates`` would keep for the run (default definition) whose file is
-    not there: a run whose aggregate stage stopped part way (a full disk)."""
-    from xai_ray.store.layout import aggregate_file
-
+    """The aggregates ``keep_aggregates`` would keep for the run (default definition) that it does
+    not keep whole with those parameters: a run whose aggregate stage stopped part way (a full
+    disk), or whose kept files were computed otherwise or copied in from another run."""
     ctx = context(store, run_id, load_definition(None), None)
-    return [name for name, _ in planned(ctx) if not aggregate_file(store, ctx.run_id, name).is_file()]
+    return [
+        name
+        for name, params in planned(ctx)
+        if not is_kept(store, ctx.run_id, name, kept_tag(ctx.source(name), params))
+    ]
