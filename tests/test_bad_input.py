@@ -611,7 +611,7 @@ def test_a_run_folder_without_its_manifest_is_named_when_its_id_is_taken(tmp_pat
     ):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
-        assert "its folder has no manifest.json, so no query, report or topk sees it" in err, err
+        assert "its folder's manifest.json is missing (deleted, or a copy cut short before it)" in err, err
 
 
 @pytest.mark.parametrize(

@@ -183,12 +183,11 @@ def _unscorable(screened) -> str:
 def _refuse_unlisted_nights(local: Path) -> None:
     """A night's run folder without its manifest is read by no query: tonight's union and report
     (written over the last good one) would leave its documents out without a word."""
-    from xai_ray.query.connection import unlisted_why
 
     for folder in store_layout.unlisted_runs(local):
         if store_layout.run_id_of(folder).startswith(PREFIX):
             raise StoreError(
-                f"nightly run {store_layout.run_id_of(folder)!r} is not read: {unlisted_why(folder)}; the nights' "
+                f"nightly run {store_layout.run_id_of(folder)!r} is not read: {store_layout.unlisted_why(folder)}; the nights' "
                 "report would leave its documents out"
             )
 

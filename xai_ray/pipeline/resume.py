@@ -73,9 +73,5 @@ def _staged_settings(path) -> dict | None:
 
 def no_manifest(folder: Path) -> str:
     """What a run folder without its manifest is: no reader lists it (they said nothing of it)."""
-    if (folder / layout.MANIFEST).is_file():
-        return ""
-    return (
-        f"its folder has no {layout.MANIFEST}, so no query, report or topk sees it (deleted, or the folder "
-        f"copied without it): restore it, or move {folder} out of the store"
-    )
+    manifest = folder / layout.MANIFEST  # a link is never followed (layout.unlisted_runs)
+    return "" if manifest.is_file() and layout.inside(folder.parent.parent, manifest) else layout.unlisted_why(folder)

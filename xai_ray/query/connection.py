@@ -76,13 +76,13 @@ def open_store(
     published = store_layout.list_runs(root)
     unlisted = {store_layout.run_id_of(folder): folder for folder in store_layout.unlisted_runs(root)}
     if run is not None and run in unlisted:
-        raise QueryError(f"run {run!r} is not read: {unlisted_why(unlisted[run])}")
+        raise QueryError(f"run {run!r} is not read: {store_layout.unlisted_why(unlisted[run])}")
     if run is not None and run not in published:
         raise QueryError(f"no run {run!r} in the store; runs: {', '.join(published) or 'none yet'}")
     for run_id, folder in unlisted.items():  # said once a process: the answers leave these runs out
         if run is None and folder not in _WARNED:
             _WARNED.add(folder)
-            log.warning("run %r is left out of every query: %s", run_id, unlisted_why(folder))
+            log.warning("run %r is left out of every query: %s", run_id, store_layout.unlisted_why(folder))
     runs = [store_layout.run_dir(root, run_id) for run_id in published if run is None or run_id == run]
     readable = _create_views(con, root, runs, TABLES, "view")
     runs_table = _runs_table(runs)
@@ -107,15 +107,6 @@ def open_store(
 
 
 _WARNED: set[Path] = set()
-
-
-def unlisted_why(folder: Path) -> str:
-    manifest = folder / store_layout.MANIFEST
-    what = "is a symbolic link, which is never followed" if manifest.is_symlink() else "is missing"
-    return (
-        f"its folder's {store_layout.MANIFEST} {what} (deleted, or a copy cut short before it), so no query, report "
-        f"or nightly sees its rows; restore it from a copy, or move {folder} out of the store"
-    )
 
 
 def word_totals_tag() -> dict:

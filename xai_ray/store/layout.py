@@ -105,6 +105,17 @@ def unlisted_runs(store: str | Path) -> list[Path]:
     )
 
 
+def unlisted_why(folder: Path) -> str:
+    """Why a run folder of ``unlisted_runs`` is read by nobody, and what to do: every reader and
+    command that meets one says this sentence."""
+    manifest = folder / MANIFEST
+    what = "is a symbolic link, which is never followed" if manifest.is_symlink() else "is missing"
+    return (
+        f"its folder's {MANIFEST} {what} (deleted, or a copy cut short before it), so no query, report, topk "
+        f"or nightly sees its rows; restore it from a copy, or move {folder} out of the store"
+    )
+
+
 def utf8(name: str) -> bool:
     """Whether a file name read from the disk is UTF-8 (Python keeps other bytes as surrogates)."""
     try:
