@@ -332,3 +332,41 @@ def test_a_run_sent_sigterm_says_so_keeps_its_parts_and_resumes(ray_cluster, tmp
     assert list(parts.glob("part-*.json")) and not (store / "runs" / f"run_id={run_id}").exists()
     assert cli.main(["run", "--resume", run_id, "--store", str(store), "--no-report"]) == 0
     assert_every_document_once(store, run_id, read_corpus(str(IMDB), limit=limit).doc_id.tolist())
+
+
+@pytest.mark.ray
+def test_sigterm_while_ray_starts_is_one_sentence(tmp_path):
+    """SIGTERM in the seconds ray.init runs met Ray's own handler, `sys.exit(15)`: the command
+    ended with exit 15 and no word. Now it is stopped as SIGTERM anywhere else stops it. The signal
+    is sent the moment ray.init sets its handler (ray._private.utils.set_sigterm_handler)."""
+    data = tmp_path / "c.csv"
+    data.write_text("id,text,label\na,a fine film,1\nb,a dull film,0\n")
+    script = tmp_path / "term.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "import ray._private.utils as utils\n"
+        "set_handler = utils.set_sigterm_handler\n"
+        "def set_and_send(handler):\n"
+        "    set_handler(handler)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "utils.set_sigterm_handler = set_and_send\n"
+        "from xai_ray.cli.main import console\n"
+        "sys.argv = ['xai-ray', *sys.argv[1:]]\n"
+        "sys.exit(console())\n"
+    )
+    command = [sys.executable, str(script), "run", "--data", str(data), "--model", "minilm", "--max-length", "32"]
+    command += ["--store", str(tmp_path / "store"), "--run-id", "t", "--no-report"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
+    try:
+        said, _ = driver.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)  # anything of its Ray left
+        except ProcessLookupError:
+            pass
+    assert driver.returncode == 143, said[-3000:]
+    assert "xai-ray: terminated (SIGTERM) (a run keeps its committed parts" in said, said[-3000:]
+    assert "`xai-ray run --resume t --store" in said and "Traceback" not in said

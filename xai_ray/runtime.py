@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from signal import SIGTERM
 from collections import Counter
 
 from xai_ray.local_ray import init_local
@@ -62,10 +63,16 @@ def ensure_ray(log_to_driver: bool | None = None) -> None:
             "logging_level": logging.WARNING,
             "log_to_driver": log.isEnabledFor(logging.DEBUG) if log_to_driver is None else log_to_driver,
         }
-        if address:
-            join_cluster(ray, address, options)
-        else:  # a local head without the dashboard head and the monitors a local run never uses
-            init_local(ray.init, keep_log_monitor=bool(options["log_to_driver"]), **options)
+        try:
+            if address:
+                join_cluster(ray, address, options)
+            else:  # a local head without the dashboard head and the monitors a local run never uses
+                init_local(ray.init, keep_log_monitor=bool(options["log_to_driver"]), **options)
+        except SystemExit as stop:  # ray.init's own SIGTERM handler exits with the signal's number, no word
+            if not one_run_only() or stop.code != SIGTERM:
+                raise
+            _process["terminated"] = True
+            raise Terminated() from None
         _STARTED["session"] = ray_session()  # ours to end (xai_ray.shutdown); a Ray the user started is theirs
         route_ray_loggers()
         if one_run_only():  # ray.init set its own SIGTERM handler: exit 1, no word (`timeout`, `docker stop`)
