@@ -610,6 +610,34 @@ def test_a_long_text_of_mostly_whitespace_is_not_cut_short(scorer_factory):
     assert row["words"] == ["good", "bad", "film"] and row["truncated"] is False
 
 
+@pytest.mark.parametrize("start", [0, 1, 40, 75, 150])
+def test_the_character_cut_of_a_long_text_keeps_the_whole_texts_tokens(start):
+    """A long review is cut before the tokenizer sees it (recovery.prefix_for_tokenizer). Cut inside
+    a run without whitespace, the run's last piece became another word: 150 letters are one [UNK]
+    to WordPiece, their first 76 are pieces, and the kept tokens reached it. The cut now keeps the
+    tokens the whole text gives, wherever the run starts."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertTokenizerFast
+
+    from xai_ray.model.recovery import prefix_for_tokenizer
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "ab", "##ab", ".", "x"])}
+    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer = BertTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+    # three words, then a run of 150-letter words joined by full stops: [UNK] . [UNK] . ...
+    text = "x x " + "x" * start + " " + ("ab" * 75 + ".") * 140
+    whole = tokenizer(text, truncation=True, max_length=32)["input_ids"]
+    cut = prefix_for_tokenizer(tokenizer, text, 32)
+    assert len(cut) < len(text)  # still a cut: the tokenizer does not see all of it
+    assert tokenizer(cut, truncation=True, max_length=32)["input_ids"] == whole
+    assert text.startswith(cut)
+
+
 def test_an_invisible_tail_is_not_truncation(scorer_factory):
     scorer = scorer_factory("bert")
     rows = _comparable(

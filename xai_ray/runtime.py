@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-from signal import SIGTERM
 from collections import Counter
+from signal import SIGTERM
 
 from xai_ray.local_ray import init_local
 from xai_ray.progress import quiet_ray_env, route_ray_loggers

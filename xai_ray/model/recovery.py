@@ -13,7 +13,7 @@ import gc
 import re
 
 CHARS_PER_TOKEN = 64  # a generous bound: real text averages 4-6 characters per sub-token
-_SPACE = re.compile(r"\s")
+_LAST_SPACE = re.compile(r"\s\S*\Z")  # the last whitespace of a text
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -40,19 +40,31 @@ def release_memory(device: str) -> None:
 
 
 def prefix_for_tokenizer(tokenizer, text: str, max_length: int) -> str:
-    """The shortest whitespace-bounded prefix of ``text`` whose tokens fill ``max_length``, or all of it.
+    """A prefix of ``text`` whose first ``max_length`` tokens are the whole text's, or all of it.
 
     Cut at whitespace, a prefix tokenizes exactly like the start of the whole text, so the tokens the
-    model keeps are the same; only the work on the part truncation would discard is saved. A text of
-    mostly whitespace or symbols may need more characters: the limit grows until the tokens fill up.
+    model keeps are the same; only the work on the part truncation would discard is saved. Cut inside
+    a run of characters without whitespace, the run's last piece is another word (a word of over
+    100 characters is one [UNK] to WordPiece, its first 70 are pieces), which changes the kept tokens
+    when they reach it: such a cut is taken only where a cut twice as far keeps the same tokens. A
+    text of mostly whitespace or symbols may need more characters: the limit grows until the tokens
+    fill up.
     """
     limit = max_length * CHARS_PER_TOKEN
     while len(text) > limit:
-        cut = text[:limit]
-        spaces = [m.start() for m in _SPACE.finditer(cut, limit // 2)]
-        if spaces:
-            cut = cut[: spaces[-1]]
-        if len(tokenizer(cut, truncation=True, max_length=max_length)["input_ids"]) >= max_length:
-            return cut
+        space = _LAST_SPACE.search(text, 0, limit)
+        if space and len(_kept(tokenizer, text[: space.start()], max_length)) >= max_length:
+            return text[: space.start()]
+        kept = _kept(tokenizer, text[:limit], max_length)
+        if (
+            len(text) > 2 * limit
+            and len(kept) >= max_length
+            and kept == _kept(tokenizer, text[: 2 * limit], max_length)
+        ):
+            return text[: 2 * limit]
         limit *= 4
     return text
+
+
+def _kept(tokenizer, text: str, max_length: int) -> list[int]:
+    return tokenizer(text, truncation=True, max_length=max_length)["input_ids"]
