@@ -317,7 +317,7 @@ def test_aggregate_stage_keeps_what_the_report_reads(report_file):
     then reads them instead of scanning, and the page it builds is the same."""
     from xai_ray.query.connection import open_store, run_named
     from xai_ray.report.aggregates import keep_aggregates
-    from xai_ray.store.aggregates import read_aggregate
+    from xai_ray.store.aggregates import RUN_KEY, read_aggregate
 
     store = report_file.parent / "store"
     live_page = build_report(store, "r1", report_file.parent / "live.html").read_text()
@@ -327,6 +327,7 @@ def test_aggregate_stage_keeps_what_the_report_reads(report_file):
     for path in kept:
         tag = json.loads(pa.parquet.read_schema(path).metadata[b"xai_ray.params"])
         frame = read_aggregate(store, "r1", path.stem, tag)
+        assert tag.pop(RUN_KEY)["run_id"] == "r1"  # the tag names the run it was computed from
         params = {k: v for k, v in tag.items() if k != "sql"}  # the tag holds the query text's digest too
         expected = run_named(con, path.stem, run_id="r1", **params)
         pd.testing.assert_frame_equal(frame.reset_index(drop=True), expected.reset_index(drop=True), check_dtype=False)
