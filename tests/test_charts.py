@@ -3,6 +3,7 @@ queries (given rows in a tiny hand-written store, expected rows computed by hand
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -543,3 +544,69 @@ def test_a_class_named_all_is_told_apart_from_the_overall_group(tmp_path):
     assert set(top["group"]) == {"all", "all (class 0)", "positive"}
     overall = top[top["group"] == "all"].groupby(["method", "layer"])["word"]
     assert overall.apply(lambda words: words.is_unique).all()
+
+
+@pytest.mark.parametrize(
+    "labels, shown",
+    [
+        ({0: "good", 1: "good"}, {0: "good (class 0)", 1: "good (class 1)"}),  # one name for two classes
+        ({0: "good\u202a", 1: "good\u202b"}, {0: "good\ufffd (class 0)", 1: "good\ufffd (class 1)"}),  # apart by bidi
+        ({0: "negative", 1: "posi\u2028tive"}, {0: "negative", 1: "posi\ufffdtive"}),  # a line separator
+        ({0: "n\x00eg", 1: "p\x1bos"}, {0: "n\u2400eg", 1: "p\u241bos"}),  # controls as their pictures
+    ],
+)
+def test_class_names_are_drawn_one_per_class_by_vega(tmp_path, labels, shown):
+    """Two classes shown under one name were one cell of the confusion matrix and one panel of
+    top words (the charts key on the name); a class name with U+2028 left the matrix blank (Vega's
+    expression parser refused it in the sort), and one with NUL aborted `report --format svg`
+    (vl-convert's SVG parser panicked). The report's names are told apart, and Vega draws them."""
+    import vl_convert
+
+    from xai_ray.report.context import context
+    from xai_ray.report.definition import DEFAULTS
+
+    write_run(
+        tmp_path,
+        "r1",
+        DOCS,
+        {
+            key: [(d, i, WORDS_OF[d][i], s) for d, sc in per.items() for i, s in enumerate(sc)]
+            for key, per in SCORES.items()
+        },
+    )
+    manifest = layout.run_dir(tmp_path, "r1") / "manifest.json"
+    named = json.loads(manifest.read_text())
+    named["model"]["labels"] = {str(k): v for k, v in labels.items()}
+    manifest.write_text(json.dumps(named))
+    ctx = context(tmp_path, "r1", {**DEFAULTS, "min_docs": 1})
+    assert ctx.labels == shown
+    assert set(ctx.topk_all()["group"]) == {"all", *shown.values()}  # a panel per class
+    counts = pd.DataFrame({"label": [0, 0, 1, 1], "pred": [0, 1, 0, 1], "documents": [12, 1, 13, 1]})
+    svg = vl_convert.vegalite_to_svg(charts.spec(charts.confusion(counts, ctx.labels)))
+    cells = re.search(r'<g class="mark-text role-mark[^"]*"[^>]*>(.*?)</g>', svg, re.S).group(1)
+    assert sorted(re.findall(r"<text[^>]*>([^<]+)</text>", cells)) == ["1", "1", "12", "13"]  # four cells
+    drawn = re.findall(r"<text[^>]*>([^<]+)</text>", svg)
+    assert set(shown.values()) <= {html.unescape(d) for d in drawn}
+
+
+def test_a_word_with_control_characters_is_drawn_as_its_pictures():
+    """RoBERTa's byte-level tokenizer keeps NUL and ESC as parts of words: a chart holding one made
+    vl-convert's SVG parser panic, which aborted `report --format svg` (exit 134, no word)."""
+    import vl_convert
+
+    top = pd.DataFrame(
+        {
+            "method": ["rollout"] * 2,
+            "layer": [2] * 2,
+            "group": ["all"] * 2,
+            "word": ["bad\x00movie", "\x1b[2Jok\x7f"],
+            "mean_score": [0.5, 0.4],
+            "occurrences": [3] * 2,
+            "documents": [3] * 2,
+            "ci_low": [0.4, 0.3],
+            "ci_high": [0.6, 0.5],
+        }
+    )
+    svg = vl_convert.vegalite_to_svg(charts.spec(charts.topk_bar(top, "top")))
+    drawn = set(re.findall(r"<text[^>]*>([^<]+)</text>", svg))
+    assert {"bad\u2400movie", "\u241b[2Jok\u2421"} <= drawn

@@ -237,6 +237,25 @@ def test_sections_without_data_are_left_out(tiny_store, tmp_path):
     assert section(page, "summary").count("class='chart'") == 0
 
 
+def test_a_chart_vega_cannot_draw_is_one_sentence(tiny_store, tmp_path, monkeypatch):
+    """vl-convert raises ValueError with Vega's own message when a chart fails (a class name Vega's
+    expression parser refused did): the export named it in a traceback, now in one sentence."""
+    import vl_convert
+
+    from xai_ray.report.outputs import OutputError
+
+    def fails(*args, **kwargs):
+        raise ValueError("Vega-Lite to SVG conversion failed:\nError: Unexpected token ILLEGAL\n    at Au (x.js)")
+
+    monkeypatch.setattr(vl_convert, "vegalite_to_svg", fails)
+    with pytest.raises(OutputError) as raised:
+        export_charts(tiny_store, "two", tmp_path / "svg", "svg")
+    assert str(raised.value) == (
+        "chart 01-summary.svg could not be drawn as svg: Vega-Lite to SVG conversion failed: "
+        "Error: Unexpected token ILLEGAL"
+    )
+
+
 def test_charts_export_as_svg_and_png(tiny_store, tmp_path):
     svgs = export_charts(
         tiny_store, "two", tmp_path / "svg", "svg", definition={**DEFAULTS, "min_count": 1, "min_docs": 1}

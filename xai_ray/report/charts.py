@@ -7,7 +7,7 @@ import json
 import altair as alt
 import pandas as pd
 
-from xai_ray.report.outputs import BIDI_CONTROLS
+from xai_ray.report.outputs import BIDI_CONTROLS, drawn
 
 WIDTH = 520
 
@@ -35,13 +35,15 @@ def spec(chart) -> dict:
     heads x 9 statistics) or a long review's words on a 12-layer model. Not validated against the
     Vega-Lite schema here (see ``unchecked``). Every string value that names an ``OBJECT_MEMBERS``
     method or is ``UNSORTABLE`` (a word, a class name; in the data, sort lists and controls alike)
-    is drawn with a zero-width ``JOINER`` after it."""
+    is drawn with a zero-width ``JOINER`` after it, and every character a chart cannot carry as
+    the page shows it (``outputs.drawn``)."""
     with alt.data_transformers.disable_max_rows():
         return _drawable(chart.to_dict(validate=False))
 
 
 def _drawable(value):
     if isinstance(value, str):
+        value = drawn(value)  # a control, line separator or bidi control as the page shows it
         return value + JOINER if value in OBJECT_MEMBERS or value in UNSORTABLE else value
     if isinstance(value, dict):
         return {key: _drawable(item) for key, item in value.items()}

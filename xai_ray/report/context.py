@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from xai_ray.query.connection import open_store, pick_run, run_named, sql_text
 from xai_ray.query.lean import flagged, lean, sentences
 from xai_ray.query.top_words import has_word_totals
 from xai_ray.report.leaderboard import lead_method
+from xai_ray.report.outputs import drawn
 from xai_ray.store.aggregates import read_aggregate
 
 # Queries that scan every word of a run: the pipeline's aggregate stage keeps their results
@@ -193,7 +195,7 @@ def context(
     if min_docs == "auto":  # the one default of CLI, summary, report and nightly
         min_docs = wordstats.default_min_docs(int(summary["n_docs"] or 0))
     min_count = 1 if definition["min_count"] == "auto" else definition["min_count"]  # support is min_docs now
-    labels = {int(key): value for key, value in manifest.get("model", {}).get("labels", {}).items()}
+    labels = class_names({int(key): value for key, value in manifest.get("model", {}).get("labels", {}).items()})
     return Context(
         con=con,
         run=run,
@@ -212,3 +214,13 @@ def context(
         store=None if given else Path(store),
         extra=dict(extra or {}),
     )
+
+
+def class_names(labels: dict[int, str]) -> dict[int, str]:
+    """The model's class names as the report shows them: as a chart draws them (``outputs.drawn``),
+    each told apart by its index where two would read the same (two classes named "good", or named
+    apart only by a bidirectional control): the charts key on the name, and drew such classes as
+    one cell of the confusion matrix and one panel of top words."""
+    shown = {index: drawn(str(name)) for index, name in labels.items()}
+    seen = Counter(shown.values())
+    return {index: f"{name} (class {index})" if seen[name] > 1 else name for index, name in shown.items()}

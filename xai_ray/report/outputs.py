@@ -58,6 +58,25 @@ def check_target(out: str | Path, option: str = "--out", store: str | Path | Non
 # class name or an id holding U+202E turned the text after it around in the page (spoofing what a
 # reader sees). A page shows each as U+FFFD, so the reader sees that something was there.
 BIDI_CONTROLS = {code: "\ufffd" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+# What a chart draws in place of the characters it cannot carry (``drawn``): a control character as
+# its Unicode control picture (NUL as U+2400, DEL as U+2421; C1 as its ``\x85`` escape), as a page's
+# text shows it (blocks.text_html): a NUL in a word or class name made vl-convert's SVG parser
+# panic and abort the process (`report --format svg`). U+2028 and U+2029 as U+FFFD: Vega's
+# expression parser refuses them raw in the sort and tooltip expressions a class name reaches,
+# which left the confusion matrix blank. The bidirectional controls as the page shows them.
+CONTROL_PICTURES = {
+    **{code: chr(0x2400 + code) for code in (*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20))},
+    0x7F: "\u2421",
+    **{code: f"\\x{code:02x}" for code in range(0x80, 0xA0)},
+}
+UNDRAWABLE = {**CONTROL_PICTURES, 0x2028: "\ufffd", 0x2029: "\ufffd", **BIDI_CONTROLS}
+
+
+def drawn(text: str) -> str:
+    """``text`` as a chart draws it (``UNDRAWABLE``)."""
+    return text.translate(UNDRAWABLE)
+
+
 # The same controls as JSON writes them (\u202e), not preceded by a backslash of the text's own
 _BIDI_ESCAPES = re.compile(r"(?<!\\)((?:\\\\)*)\\u(?:202[a-e]|206[6-9])", re.IGNORECASE)
 

@@ -112,12 +112,16 @@ def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]
             number += 1
             path = folder / f"{number:02d}-{section.key}{f'-{i + 1}' if len(chart_items) > 1 else ''}.{fmt}"
             # allowed_base_urls=[]: the specs carry their data inline, so nothing is ever fetched
-            if fmt == "png":
-                image = vl_convert.vegalite_to_png(
-                    charts.spec(chart), vl_version=version, scale=2, allowed_base_urls=[]
-                )
-            else:
-                image = vl_convert.vegalite_to_svg(charts.spec(chart), vl_version=version, allowed_base_urls=[])
+            try:
+                if fmt == "png":
+                    image = vl_convert.vegalite_to_png(
+                        charts.spec(chart), vl_version=version, scale=2, allowed_base_urls=[]
+                    )
+                else:
+                    image = vl_convert.vegalite_to_svg(charts.spec(chart), vl_version=version, allowed_base_urls=[])
+            except ValueError as err:  # Vega failed on the chart: what it said, not vl-convert's traceback
+                said = " ".join(line.strip() for line in str(err).splitlines()[:2])
+                raise OutputError(f"chart {path.name} could not be drawn as {fmt}: {said}") from None
             written.append(write_page(path, image, option="chart file"))  # never through a planted link
     return written
 
