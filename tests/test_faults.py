@@ -638,6 +638,18 @@ def test_the_character_cut_of_a_long_text_keeps_the_whole_texts_tokens(start):
     assert text.startswith(cut)
 
 
+def test_a_text_the_tokenizer_drops_whole_is_an_error_row(scorer_factory):
+    """BERT's normaliser drops U+FFFD: a review of only U+FFFD passed the screening (a symbol) and
+    was stored as a prediction from [CLS] [SEP] alone, with no word, counted in accuracy."""
+    from xai_ray.scoring.actor import NO_TOKENS
+
+    scorer = scorer_factory("bert")
+    texts = ["\ufffd", "\ufffd\ufffd \ufffd", "good film \ufffd"]
+    rows = {r["doc_id"]: r for r in scorer({"doc_id": ["a", "b", "c"], "text": texts, "label": [1, 0, 1]}).to_pylist()}
+    assert rows["a"]["error"] == rows["b"]["error"] == NO_TOKENS
+    assert rows["c"]["error"] is None and rows["c"]["words"] == ["good", "film"]
+
+
 def test_an_invisible_tail_is_not_truncation(scorer_factory):
     scorer = scorer_factory("bert")
     rows = _comparable(

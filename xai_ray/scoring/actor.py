@@ -41,6 +41,13 @@ log = logging.getLogger("xai_ray.scoring.actor")
 # On a CPU a forward costs its padded tokens, one row as much as many: groups pad at most 10% beyond
 # their reviews' tokens (``token_budget_batches``); 25-review batches of IMDB padded 1.5x before.
 CPU_PADDING = 0.1
+# A text the screening passes (it holds a symbol) whose every character the model's tokenizer drops
+# (BERT's normaliser removes U+FFFD and control characters): scored, it was a prediction from
+# [CLS] [SEP] alone, counted in accuracy with no word to show for it.
+NO_TOKENS = (
+    "the model's tokenizer keeps no token of the text (it drops every character of it, e.g. U+FFFD): "
+    "the model would see no word of it"
+)
 
 
 class Scorer:
@@ -197,6 +204,9 @@ class Scorer:
             if isinstance(result, Exception):
                 failed[i] = result
                 continue
+            if not result.ids:  # only characters this tokenizer drops (BERT's drops U+FFFD): nothing to explain
+                failed[i] = NO_TOKENS
+                continue
             try:
                 if len(cut_texts[i]) < len(texts[i]) and not result.truncated:
                     result.truncated = self._has_tokens(texts[i][len(cut_texts[i]) :])
@@ -206,7 +216,8 @@ class Scorer:
         for i in good:
             if i in failed:
                 err = failed[i]
-                errors.append(self._error_row(ids[i], labels[i], f"tokenizing failed: {type(err).__name__}: {err}"))
+                reason = err if isinstance(err, str) else f"tokenizing failed: {type(err).__name__}: {err}"
+                errors.append(self._error_row(ids[i], labels[i], reason))
         return plans, [i for i in good if i in plans]
 
     def _score(self, ids, texts, labels, chosen, plans) -> pa.Table:
