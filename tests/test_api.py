@@ -189,6 +189,13 @@ def test_explain_takes_what_a_page_is_scored_with():
     assert set(EXPLAIN_OPTIONS) == set(page_options(resolve(None, {})))
 
 
+def test_explain_refuses_a_start_layer_past_the_models_last(tiny_bert_dir):
+    """start_layer 3 on a 2-layer model left rollout without a score: the explanation came back
+    with raw alone, no word of why. `run` refused it; explain, which scores without a run, now too."""
+    with pytest.raises(ConfigError, match="start_layer is 3 but the model has 2 layers"):
+        xai_ray.explain("a fine film", model=tiny_bert_dir, methods=["raw", "rollout"], start_layer=3, max_length=32)
+
+
 def test_explain_renders_inline_with_word_scores(tiny_bert_dir):
     review = xai_ray.explain(
         "<b>The film</b> was unbelievable", model=tiny_bert_dir, methods=["raw", "rollout"], max_length=32

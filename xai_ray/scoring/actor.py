@@ -17,6 +17,7 @@ import time
 
 import pyarrow as pa
 
+from xai_ray.config import check_start_layer
 from xai_ray.data.screening import text_problem
 from xai_ray.methods import get_method
 from xai_ray.methods.base import GLOBENC, NORM_ATTENTION
@@ -83,6 +84,7 @@ class Scorer:
         self.vocabulary = Vocabulary(self.tokenizer)  # every token's text, taken for a batch at once
         self.token_budget = config.run.max_tokens_per_batch
         self.max_length = min(config.run.max_length, model_limit(self.tokenizer, self.model))
+        check_start_layer(config.run.start_layer, self.info["n_layers"])  # explain's way in too: never no score
         self.options = config.attention_options()
         self.methods = {name: get_method(name, self.options) for name in config.run.methods}
         self.deferred = set(config.deferred_methods)
