@@ -189,6 +189,15 @@ def test_explain_takes_what_a_page_is_scored_with():
     assert set(EXPLAIN_OPTIONS) == set(page_options(resolve(None, {})))
 
 
+def test_a_notebooks_wrong_store_or_key_is_named_as_the_notebook_gave_it():
+    """open_store(None) said "store 'None' does not exist ... `xai-ray run --store None`" at the
+    first query; run(foo=1) named the key as "in flags", which a notebook never gave."""
+    with pytest.raises(ConfigError, match="open_store takes a store's folder or URI, got NoneType None"):
+        xai_ray.open_store(None)
+    with pytest.raises(ConfigError, match="unknown config key 'foo' in the keywords of xai_ray.run"):
+        xai_ray.run(data="x.csv", foo=1)
+
+
 def test_explain_refuses_a_start_layer_past_the_models_last(tiny_bert_dir):
     """start_layer 3 on a 2-layer model left rollout without a score: the explanation came back
     with raw alone, no word of why. `run` refused it; explain, which scores without a run, now too."""

@@ -357,5 +357,5 @@ def test_numpy_values_and_nulls_from_a_notebook():
     assert (nulls.label_column, nulls.id_column, nulls.limit) == ("none", "none", None)
     with pytest.raises(ConfigError, match="max_length needs a value"):
         _with_nulls(RunConfig(), {"max_length": None})
-    with pytest.raises(ConfigError, match="unknown config key 'limt' in keywords"):
+    with pytest.raises(ConfigError, match="unknown config key 'limt' in the keywords of xai_ray.run"):
         _with_nulls(RunConfig(), {"limt": None})

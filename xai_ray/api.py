@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,7 @@ def run(
     progress.configure(quiet=check("quiet", quiet, "bool"))  # "false" is no boolean (it is true in an if)
     nulls = {k: None for k, v in keys.items() if v is None}  # said, not left out: the config takes them below
     flags = {"data": str(data), "model": str(model), "methods": _names(methods), "store": str(store), **keys}
-    cfg = config_module.resolve(config, flags)
+    cfg = config_module.resolve(config, flags, given_as=KEYWORDS)
     if nulls:
         cfg = _with_nulls(cfg, nulls)
     # Ray and the scoring actors stay up after the run: the next run with this model starts scoring
@@ -62,6 +63,7 @@ def run(
     return done
 
 
+KEYWORDS = "the keywords of xai_ray.run"  # where an unknown key was given, as an error names it
 NO_COLUMN = "none"  # a column no corpus has: ``--set label_column=none`` (unlabelled), ``id_column`` (rows numbered)
 
 
@@ -75,7 +77,7 @@ def _with_nulls(cfg, nulls: dict):
 
     unknown = sorted(k for k in nulls if k not in FIELD_NAMES)
     if unknown:  # as resolve names a key it does not know (it never saw these: None is "not given" there)
-        raise ConfigError(f"unknown config key {unknown[0]!r} in keywords")
+        raise ConfigError(f"unknown config key {unknown[0]!r} in {KEYWORDS}")
     columns = {k: NO_COLUMN for k in nulls if k in ("label_column", "id_column")}
     return replace(cfg, **{**nulls, **columns})
 
@@ -121,6 +123,8 @@ def open_store(
     from xai_ray.query.limits import Limits
     from xai_ray.store import remote
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"open_store takes a store's folder or URI, got {type(path).__name__} {path!r}")
     limits = Limits(memory_limit=memory_limit, threads=threads, timeout_s=timeout, max_output=max_output)
     return ReadOnlyConnection(remote.local_store(path), limits)
 

@@ -365,8 +365,11 @@ def read_yaml(path: str | Path, what: str = "config file") -> dict:
     return data
 
 
-def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None = None) -> RunConfig:
-    """Merge YAML, flags (None values ignored) and ``--set`` overrides into a validated config."""
+def resolve(
+    config_path=None, flags: dict | None = None, sets: list[str] | None = None, given_as: str = "flags"
+) -> RunConfig:
+    """Merge YAML, flags (None values ignored) and ``--set`` overrides into a validated config;
+    ``given_as``: what the flags are to the user (a notebook's keywords), named in an error."""
     merged: dict = {}
     if config_path is not None and not isinstance(config_path, (str, Path)):
         raise ConfigError(
@@ -377,7 +380,7 @@ def resolve(config_path=None, flags: dict | None = None, sets: list[str] | None 
         _check_keys(data, str(config_path))
         merged.update(data)
     flags = {k: v for k, v in (flags or {}).items() if v is not None}
-    _check_keys(flags, "flags")
+    _check_keys(flags, given_as)
     merged.update(flags)
     overrides = parse_set(sets)
     _check_keys(overrides, "--set")
