@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections import Counter
 from signal import SIGTERM
 
@@ -202,8 +203,8 @@ def catch_sigterm() -> None:
 
 def release_if_done() -> None:
     """After the run's last Ray stage: in a one-run process, disconnect from Ray (and stop the
-    local cluster this process started) on a background thread; the interpreter waits for it at
-    exit, so no Ray process outlives the command."""
+    local cluster this process started) on a background thread; the command's end waits for it
+    (``end_of_command``), so no Ray process outlives the command."""
     import threading
 
     import ray
@@ -211,18 +212,41 @@ def release_if_done() -> None:
     if not one_run_only() or "closing" in _process or not ray.is_initialized():
         return
     log.debug("letting Ray go: the run's last Ray stage is done")
-    closing = threading.Thread(target=ray.shutdown, name="xai-ray-shutdown")  # not a daemon: joined at exit
+    # a daemon, joined by the command's end (``end_of_command``) for at most RELEASE_WAIT_S
+    closing = threading.Thread(target=ray.shutdown, name="xai-ray-shutdown", daemon=True)
     _process["closing"] = closing
     _STARTED["session"] = None
     closing.start()
 
 
-def wait_for_release() -> None:
+RELEASE_WAIT_S = 60.0  # how long a command's end waits for its Ray to stop
+
+
+def end_of_command(status: int) -> int:
+    """A one-run process's last step: wait for the Ray shutdown ``release_if_done`` started, at
+    most ``RELEASE_WAIT_S``. A Ctrl-C or SIGTERM that lands while the main thread imports a module
+    can leave that module's import lock held, and the shutdown, importing too, then waits forever
+    (the command hung after saying it was interrupted). A shutdown still going at the limit is left
+    behind: the process ends at once with ``status``, and the local Ray processes, which share its
+    fate, end with it."""
+    closing = _process.get("closing")
+    if closing is None:
+        return status
+    closing.join(RELEASE_WAIT_S)
+    if not closing.is_alive():
+        return status
+    log.warning("Ray did not stop within %.0f s; the command ends without waiting for it", RELEASE_WAIT_S)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)
+
+
+def wait_for_release(timeout: float | None = None) -> None:
     """Wait for the Ray shutdown ``release_if_done`` started, if any (a command run in-process,
-    as tests do, returns while its Ray is still going)."""
+    as tests do, returns while its Ray is still going), at most ``timeout`` seconds."""
     closing = _process.pop("closing", None)
     if closing is not None:
-        closing.join()
+        closing.join(timeout)
 
 
 def _loopback_only() -> None:

@@ -50,10 +50,33 @@ def ray_failure(err: BaseException, command: str) -> str | None:
     exceptions = getattr(ray, "exceptions", None)
     if exceptions is None or not isinstance(err, exceptions.RayError) or isinstance(err, exceptions.RayTaskError):
         return None
-    from xai_ray.runtime import resume_hint
+    return (
+        f"xai-ray: Ray failed under the {command} command ({type(err).__name__}: {first_line(err)})"
+        f"{stop_hint(command)}; -v shows where"
+    )
 
-    hint = resume_hint() if command == "run" else ""
-    return f"xai-ray: Ray failed under the {command} command ({type(err).__name__}: {first_line(err)}){hint}; -v shows where"
+
+def stop_hint(command: str) -> str:
+    """What finishes ``command`` stopped part way: a run's ``--resume`` (naming the run once it has
+    an id), a night's rerun; nothing for a command that keeps no parts."""
+    if command == "run":
+        from xai_ray.runtime import resume_hint
+
+        return resume_hint()
+    if command == "nightly":
+        return " (the night's committed parts are kept: the same `xai-ray nightly` again finishes it)"
+    return ""
+
+
+def _interrupted(command: str) -> int:
+    """Ctrl-C or SIGTERM, said in one line with what finishes the command (``stop_hint``)."""
+    from xai_ray.runtime import was_terminated
+
+    if was_terminated():
+        print(f"xai-ray: terminated (SIGTERM){stop_hint(command)}", file=sys.stderr)
+        return 143
+    print(f"xai-ray: interrupted{stop_hint(command)}", file=sys.stderr)
+    return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,16 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         what = "a file of the store cannot be read" if unreadable else "DuckDB failed on the store (a damaged file?)"
         print(f"xai-ray: {what}: {first_line(err)} (-v shows where)", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: a run's committed parts are kept (`run --resume RUN_ID`)
-        from xai_ray.runtime import Terminated, was_terminated
-
-        if isinstance(err, Terminated) or was_terminated():
-            from xai_ray.runtime import resume_hint
-
-            print(f"xai-ray: terminated (SIGTERM){resume_hint() if args.command == 'run' else ''}", file=sys.stderr)
-            return 143
-        print("xai-ray: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a run's committed parts are kept (`run --resume RUN_ID`)
+        return _interrupted(args.command)
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, like coreutils (128 + SIGPIPE), and point
         # stdout at /dev/null so the interpreter's last flush cannot fail again.
@@ -122,12 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         if err.errno == errno.ENOSPC:  # a disk filled up mid-run: what was committed stays
             # the resume hint only where a run was writing (sql > /dev/full got it too)
-            from xai_ray.runtime import resume_hint
-
-            hint = resume_hint() if args.command == "run" else ""
-            if args.command == "nightly":
-                hint = " (the night's committed parts are kept: the same `xai-ray nightly` again finishes it)"
-            print(f"xai-ray: no space left on the device; free some and run the command again{hint}", file=sys.stderr)
+            print(
+                f"xai-ray: no space left on the device; free some and run the command again{stop_hint(args.command)}",
+                file=sys.stderr,
+            )
             return 2
         if err.filename is None:  # not about a path the user named: a real fault, keep its traceback
             raise
@@ -138,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     except Exception as err:  # the raylet or a node killed under a run: a sentence, not Ray's traceback
+        if isinstance(err, RuntimeError) and str(err) == "Query interrupted":  # DuckDB's word for Ctrl-C
+            return _interrupted(args.command)
         said = ray_failure(err, args.command)
         if said is None or args.verbose:
             raise
@@ -155,7 +170,12 @@ def console() -> int:
 
     runtime.one_run_per_process()
     runtime.catch_sigterm()
-    return main()
+    try:
+        status = main()
+    except BaseException:  # a traceback to print: Ray's shutdown first ends, as Ray's own at exit would meet it
+        runtime.wait_for_release(runtime.RELEASE_WAIT_S)
+        raise
+    return runtime.end_of_command(status)
 
 
 COMMANDS = {**scoring.COMMANDS, **reading.COMMANDS, **jobs.COMMANDS}
