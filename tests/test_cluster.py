@@ -256,20 +256,25 @@ def test_xai_ray_submit_streams_logs_and_exits_with_the_jobs_status(head, job_in
     first = _submit(head, "jobs/nightly.yaml", *sets)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     # the submitter names the night when it submits; a test that spans midnight sees either date
-    named = re.search(r"submitted nightly job xai-ray-nightly-(\d{4}-\d{2}-\d{2}) ", first.stdout)
+    named = re.search(r"submitted nightly job xai-ray-nightly-(\d{4}-\d{2}-\d{2})-([0-9a-f]{8}) ", first.stdout)
     assert named, first.stdout[-3000:]
-    night = named.group(1)
+    night, digest = named.groups()
     assert night in {before.isoformat(), date.today().isoformat()}
     assert f"scored 12 new or changed documents of 12 into run nightly-{night}" in first.stdout  # streamed log
-    assert f"job xai-ray-nightly-{night}: SUCCEEDED" in first.stdout
+    assert f"job xai-ray-nightly-{night}-{digest}: SUCCEEDED" in first.stdout
     con = open_store(store)
     assert con.execute("select count(*) from docs where run_id = $r", {"r": f"nightly-{night}"}).fetchone() == (12,)
     assert (store / "reports" / night / "report.html").is_file()
 
     again = _submit(head, "jobs/nightly.yaml", *sets)  # the same night: Ray keeps the id, nothing runs
     assert again.returncode == 0
-    assert f"job xai-ray-nightly-{night} was already submitted (SUCCEEDED): nothing submitted" in again.stdout
+    assert f"job xai-ray-nightly-{night}-{digest} was already submitted (SUCCEEDED): nothing submitted" in again.stdout
     assert "submitted nightly job" not in again.stdout
+    # another store's night is a job of its own (it was skipped as "already submitted", exit 0)
+    other = _submit(head, "jobs/nightly.yaml", *sets, "--set", f"store={job_inputs['store'] / 'n2'}", "--date", night)
+    assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
+    assert f"job xai-ray-nightly-{night}-" in other.stdout and f"-{digest}" not in other.stdout
+    assert (job_inputs["store"] / "n2" / "reports" / night / "report.html").is_file()
 
     failing = _submit(
         head,

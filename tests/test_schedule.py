@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -225,3 +226,14 @@ def test_a_local_schedule_of_a_config_that_cannot_run_is_refused_at_once(tmp_pat
         assert says in err and len(err.splitlines()) == 1, err
     (tmp_path / "fine.yaml").write_text("model: minilm\n")
     assert cli.main(["schedule", str(tmp_path / "fine.yaml"), "--dry-run"]) == 0
+
+
+def test_a_nights_submission_id_names_its_store():
+    """Every nightly job of a night had the id xai-ray-nightly-DATE: a second nightly configuration
+    (its own store, as the docs ask) submitted the same night was taken for the first and skipped,
+    with exit 0. The id now names the store too."""
+    from xai_ray.ops.submit import night_id
+
+    a, b = night_id("2026-11-26", "/data/store-a"), night_id("2026-11-26", "/data/store-b")
+    assert re.fullmatch(r"xai-ray-nightly-2026-11-26-[0-9a-f]{8}", a) and a != b
+    assert night_id("2026-11-26", "/data/store-a") == a and night_id("2026-11-27", "/data/store-a") != a

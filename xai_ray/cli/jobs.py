@@ -46,7 +46,7 @@ def add_parsers(sub) -> None:
     submit.add_argument(
         "--submission-id",
         dest="submission_id",
-        help="default: xai-ray-nightly-YYYY-MM-DD for nightly jobs, else one Ray makes up",
+        help="default: xai-ray-nightly-YYYY-MM-DD-<store digest> for nightly jobs, else one Ray makes up",
     )
     submit.add_argument("--date", help="nightly: the night, YYYY-MM-DD (default: today, local time)")
     submit.add_argument(

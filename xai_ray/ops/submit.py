@@ -4,8 +4,8 @@ What ``ray job submit --working-dir . -- python -m jobs.<kind> --config <yaml>``
 checks a cluster run needs: the config is resolved here first (a typo fails in a second, not after
 the upload), its store must outlive the job (an absolute path or an object-store URI, never a
 path inside the job's temporary working directory), and a nightly job gets the submission id
-``xai-ray-nightly-YYYY-MM-DD``, which Ray refuses to reuse, so a second submission the same night
-is a no-op. The code travels as ``working_dir`` (the repository, without .venv, .git, stores and
+``xai-ray-nightly-YYYY-MM-DD-<store digest>``, which Ray refuses to reuse, so a second submission
+of the same night to the same store is a no-op (another store's night is a job of its own). The code travels as ``working_dir`` (the repository, without .venv, .git, stores and
 models); its dependencies are on the nodes already (cluster.yaml). Logs are streamed; the exit
 status is the job's: 0 when it SUCCEEDED, 1 otherwise.
 """
@@ -13,6 +13,7 @@ status is the job's: 0 when it SUCCEEDED, 1 otherwise.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import shlex
 import sys
@@ -62,11 +63,12 @@ def submit(
         from xai_ray.ops.nightly import parse_date
 
         date = parse_date(date)
-        submission_id = submission_id or f"xai-ray-nightly-{date}"
+        submission_id = submission_id or night_id(date, nightly_store(path, sets))
     command = entrypoint(kind, path.relative_to(root).as_posix(), sets, date if kind == "nightly" else None)
     client = connect(address)
-    if submission_id and _exists(client, submission_id):
-        return 0
+    found = _exists(client, submission_id) if submission_id else None
+    if found:
+        return 0 if found in LIVE else 1  # a night that failed is said again in the exit status
     runtime_env = {"working_dir": str(root), "excludes": EXCLUDES, "env_vars": {"PYTHONUNBUFFERED": "1"}}
     try:
         job = client.submit_job(
@@ -77,7 +79,7 @@ def submit(
         )
     except RuntimeError as err:
         if submission_id and "already exists" in str(err):  # lost a race with another submitter
-            return 0 if _exists(client, submission_id) else 1
+            return 0 if _exists(client, submission_id) in LIVE else 1
         raise SubmitError(f"the cluster refused the job: {str(err).splitlines()[0]}") from None
     print(f"submitted {kind} job {job} to {address}: {command}", flush=True)
     if not wait:
@@ -227,21 +229,34 @@ def connect(address: str):
         raise SubmitError(f"cannot reach the Ray Jobs API at {address} ({type(err).__name__}): {hint}") from None
 
 
-def _exists(client, submission_id: str) -> bool:
+LIVE = ("PENDING", "RUNNING", "SUCCEEDED")  # a job already submitted that needs no second one
+
+
+def night_id(date: str, store: str) -> str:
+    """A nightly job's submission id: the night and its store (one nightly configuration per store),
+    so another store's night is its own job. Ray never reuses an id: a second submission of a
+    night to the same store is a no-op."""
+    return f"xai-ray-nightly-{date}-{hashlib.sha256(store.encode()).hexdigest()[:8]}"
+
+
+def nightly_store(path: Path, sets: list[str] | None) -> str:
+    from xai_ray import config
+
+    return config.resolve(path, None, sets).store
+
+
+def _exists(client, submission_id: str) -> str | None:
+    """The status of the job already submitted under ``submission_id`` (said on stdout), or None."""
     try:
         info = client.get_job_info(submission_id)
     except RuntimeError as err:
         if "does not exist" in str(err):
-            return False
+            return None
         raise SubmitError(f"cannot look up job {submission_id!r}: {str(err).splitlines()[0]}") from None
     status = str(getattr(info.status, "value", info.status))
-    retry = (
-        ""
-        if status in ("PENDING", "RUNNING", "SUCCEEDED")
-        else f"; to run it again tonight, pass --submission-id {submission_id}-2"
-    )
+    retry = "" if status in LIVE else f"; to run it again tonight, pass --submission-id {submission_id}-2"
     print(f"job {submission_id} was already submitted ({status}): nothing submitted{retry}", flush=True)
-    return True
+    return status
 
 
 def follow(client, job: str) -> int:
