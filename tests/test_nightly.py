@@ -435,3 +435,26 @@ def test_backfill_a_reserved_run_id_and_loose_dates(ray_cluster, tiny_bert_dir, 
         parse_date((date.today() + timedelta(days=2)).isoformat())
     with pytest.raises(NightlyError, match="would score the same 3 documents"):
         run_nightly(replace(cfg, limit=3), "2026-02-12")
+
+
+def test_last_night_is_a_night_whose_runs_are_still_here(tmp_path):
+    """Night 21's run deleted by hand: night 22's "Since last night" said "last night 2026-11-21"
+    over night 20's documents (12, where night 21's own report said 18). Last night is now the
+    newest night whose recorded runs are all still in the store; a quiet night (no run of its own)
+    still counts."""
+    from xai_ray.ops.nightly import _previous_night
+
+    def night(date: str, runs: list[str]) -> None:
+        folder = tmp_path / "reports" / date
+        folder.mkdir(parents=True)
+        (folder / "nightly.json").write_text(json.dumps({"date": date, "runs": runs}))
+
+    night("2026-11-20", ["nightly-2026-11-20"])
+    night("2026-11-21", ["nightly-2026-11-20", "nightly-2026-11-21"])
+    night("2026-11-23", ["nightly-2026-11-20", "nightly-2026-11-21"])  # quiet: nothing new
+    every = ["nightly-2026-11-20", "nightly-2026-11-21"]
+    assert _previous_night(tmp_path, "2026-11-22", every) == "2026-11-21"
+    assert _previous_night(tmp_path, "2026-11-24", every) == "2026-11-23"  # the quiet night
+    assert _previous_night(tmp_path, "2026-11-22", ["nightly-2026-11-20"]) == "2026-11-20"  # 21's run deleted
+    assert _previous_night(tmp_path, "2026-11-24", ["nightly-2026-11-20"]) == "2026-11-20"
+    assert _previous_night(tmp_path, "2026-11-20", []) is None

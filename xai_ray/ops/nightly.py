@@ -373,10 +373,25 @@ def write_record(local: Path, date: str, record: dict) -> Path:
 
 
 def _previous_night(local: Path, date: str, before: list[str]) -> str | None:
-    """The last night before ``date`` that has a report (or, failing that, a run)."""
-    nights = [p.name for p in store_layout.nights(local) if p.name < date]
-    nights += [r[len(PREFIX) :] for r in before]
-    return max(nights) if nights else None
+    """The last night before ``date`` whose report the runs still here (``before``) rebuild: its
+    record's runs all among them (a quiet night made no run of its own), or, failing that, the last
+    run's night. A night whose run was deleted by hand is not "last night" for numbers that lack
+    its documents: the report named it over an older night's counts."""
+    present = set(before)
+    for night in sorted((p.name for p in store_layout.nights(local) if p.name < date), reverse=True):
+        runs = _recorded_runs(local, night)
+        if runs is None or set(runs) <= present:  # a report of an older version keeps no record
+            return night
+    return max((r[len(PREFIX) :] for r in before), default=None)
+
+
+def _recorded_runs(local: Path, night: str) -> list[str] | None:
+    """The runs a night's report was built from, as its record says; None without a readable record."""
+    try:
+        runs = json.loads(store_layout.night_record(local, night).read_text()).get("runs")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return [str(r) for r in runs] if isinstance(runs, list) else None
 
 
 def point_latest(local: Path, date: str) -> Path:
