@@ -205,6 +205,30 @@ def test_rationales_are_read_by_the_corpus_reader_whatever_the_file_holds(tmp_pa
     assert read(array) == {"x": [1, 1], "y": [1, 0]}
 
 
+@pytest.mark.parametrize("written", ["[[NaN, 2]]", "[1, 0, Infinity]", "[[-Infinity, 1]]"])
+def test_nan_or_infinity_as_a_json_lines_number_is_its_reviews_error_row(tmp_path, written):
+    """A JSON Lines rationale holding NaN or Infinity as a number (not in a string) stopped the whole
+    run before scoring: `int('NaN')` raised from the rationales' reading. It is its review's error."""
+    from xai_ray.data import fields
+    from xai_ray.pipeline.plausibility import _plain, score_run
+
+    value = _plain(fields.parse_json(written))
+    words = pd.DataFrame(
+        {
+            "doc_id": ["a", "a", "a", "b", "b"],
+            "text": ["good film here"] * 3 + ["bad film"] * 2,
+            "method": ["raw"] * 5,
+            "layer": [1] * 5,
+            "word": ["good", "film", "here", "bad", "film"],
+            "raw_score": [0.5, 0.3, 0.2, 0.6, 0.4],
+        }
+    )
+    units = "tokens" if written.startswith("[1") else "chars"
+    metrics, errors = score_run(words, {"a": value, "b": [1, 0] if units == "tokens" else [[0, 3]]}, units)
+    assert errors.column("doc_id").to_pylist() == ["a"]
+    assert set(metrics.column("doc_id").to_pylist()) == {"b"}
+
+
 def test_a_review_that_fails_in_an_unforeseen_way_is_an_error_row_and_the_others_are_scored(monkeypatch):
     """An Infinity in a JSON rationale stopped the whole stage (OverflowError): no review got its
     metrics. Any failure of one review is now that review's error row."""

@@ -62,10 +62,13 @@ def read_rationales(cfg: RunConfig) -> dict[str, object]:
 
 def _plain(value):
     """A rationale as plain Python: the corpus reader keeps a JSON number as its text
-    (``fields.JsonNumber``), read here as the number it spells."""
+    (``fields.JsonNumber``), read here as the number it spells (``NaN`` and ``Infinity`` as floats,
+    which the rationale's check then refuses for their review alone)."""
     if isinstance(value, fields.JsonNumber):
-        text = str(value)
-        return float(text) if any(c in text for c in ".eE") else int(text)
+        try:
+            return int(value)
+        except ValueError:
+            return float(value)
     if isinstance(value, list):
         return [_plain(item) for item in value]
     if isinstance(value, dict):
