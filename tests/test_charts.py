@@ -610,3 +610,26 @@ def test_a_word_with_control_characters_is_drawn_as_its_pictures():
     svg = vl_convert.vegalite_to_svg(charts.spec(charts.topk_bar(top, "top")))
     drawn = set(re.findall(r"<text[^>]*>([^<]+)</text>", svg))
     assert {"bad\u2400movie", "\u241b[2Jok\u2421"} <= drawn
+
+
+def test_the_summary_counts_the_documents_the_run_could_not_score():
+    """Given docs and errors rows, the run summary's errors are the documents not scored: a
+    rationale's or an evaluation's error row is about a scored document (the report said "Errors 1"
+    of a run whose every document was scored, against the command's "0 errors, 1 rationale errors")."""
+    import duckdb
+
+    from xai_ray.query.connection import run_named
+
+    con = duckdb.connect()
+    con.execute(
+        "create view docs as select * from (values ('r', 'a', 1, 1, 0.9, false, 10), ('r', 'b', 0, 1, 0.6, false, 12))"
+        " as t(run_id, doc_id, label, pred, prob_pos, truncated, n_tokens)"
+    )
+    con.execute(
+        "create view errors as select * from (values ('r', 'c', 'read', 'text is empty'),"
+        " ('r', 'a', 'plausibility', 'rationale out of range'), ('r', 'b', 'evaluate', 'failed'),"
+        " ('r', 'd', 'score', 'out of memory'), ('other', 'e', 'read', 'text is null'))"
+        " as t(run_id, doc_id, stage, reason)"
+    )
+    summary = run_named(con, "summary", run_id="r").iloc[0]
+    assert (summary.n_docs, summary.n_errors) == (2, 2)  # c and d

@@ -5,7 +5,11 @@ with run_docs as (
 ),
 
 run_errors as (
-    select count(*) as n_errors from errors where run_id = $run_id
+    -- documents the run could not score; an evaluation's or a rationale's error row is about a
+    -- document that was scored (it is in docs), and the run's manifest counts them apart
+    select count(*) as n_errors
+    from errors
+    where run_id = $run_id and stage not in ('evaluate', 'plausibility')
 ),
 
 final as (
