@@ -191,7 +191,30 @@ def start_actors(cfg, early: bool = False) -> Pool | None:
     as many as ``actors`` says, else one per GPU (or per ``cpus_per_actor`` CPUs) of the cluster.
     ``early`` (before screening): only where they hold no CPU that screening waits for (one node)."""
     gpus = actor_gpus(cfg)
-    return start(cfg, cfg.actors or auto_actors(gpus, cfg.cpus_per_actor), gpus, early=early)
+    return start(cfg, actor_count(cfg.actors, gpus, cfg.cpus_per_actor), gpus, early=early)
+
+
+def actor_count(asked: int | None, gpus: float, cpus_per_actor: float) -> int:
+    """``asked`` actors, or as many as the cluster holds (``auto_actors``). On one machine the
+    actors hold no CPU in Ray's books (``start``), so nothing stopped `--actors 100` on 2 CPUs from
+    starting 100 processes (11 GB, and no document scored in minutes): CPU actors there are capped
+    at what the machine's CPUs hold, and the log says so."""
+    import ray
+
+    fits = auto_actors(gpus, cpus_per_actor)
+    one_node = sum(1 for node in ray.nodes() if node.get("Alive")) == 1
+    if not asked:
+        return fits
+    if one_node and gpus == 0 and asked > fits:
+        log.warning(
+            "actors %d: this machine's CPUs hold %d scoring actor(s) of %g CPU(s) each; starting %d",
+            asked,
+            fits,
+            cpus_per_actor,
+            fits,
+        )
+        return fits
+    return asked
 
 
 def actor_gpus(cfg) -> float:
