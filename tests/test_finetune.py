@@ -244,6 +244,7 @@ def test_an_out_that_is_a_store_a_file_or_a_folder_of_the_users_is_refused_befor
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "tokenizer.json").write_text("{}")
+    (mine / "metrics.json").write_text('{"my_experiment": 42}')  # a common name: taken for a fine-tune's
     afile = tmp_path / "afile"
     afile.write_text("x")
     missing = str(tmp_path / "no-such-corpus.parquet")  # never read: each is refused first
@@ -255,6 +256,7 @@ def test_an_out_that_is_a_store_a_file_or_a_folder_of_the_users_is_refused_befor
         message = _fail(capsys, ["finetune", "--base", tiny_bert_dir, "--data", missing, "--out", str(out)])
         assert words in message and "give a new or empty folder" in message, message
     assert sorted(p.name for p in store.iterdir()) == ["runs"] and (mine / "tokenizer.json").read_text() == "{}"
+    assert (mine / "metrics.json").read_text() == '{"my_experiment": 42}'
 
 
 def test_a_checkpoint_of_another_job_is_not_resumed(tmp_path):

@@ -274,12 +274,14 @@ def _tokenizer(name: str, path: str, trust_remote_code: bool):
 def _check_out(out: Path, base: Path) -> None:
     """Refuse an ``--out`` whose model files this job would overwrite: the base model's own folder,
     or a folder holding a model no fine-tune wrote (a fine-tune's folder, which holds its
-    ``metrics.json`` or checkpoints, is written again or resumed)."""
+    ``INPUT_FILE`` or checkpoints, is written again or resumed)."""
     if base.is_dir() and out == base.resolve():
         raise FinetuneError(f"--out {str(out)!r} is the base model's folder: its weights would be overwritten")
     if out.exists() and not out.is_dir():  # refused here, not after the data is read and tokenized
         raise FinetuneError(f"--out {str(out)!r} is a file, not a folder; give a new or empty folder")
-    ours = (out / "metrics.json").is_file() or (out / CHECKPOINTS).is_dir()
+    # what only a fine-tune writes: its input record or its checkpoints (a metrics.json alone, a
+    # common name, was taken for one, and a user's folder was written over)
+    ours = (out / INPUT_FILE).is_file() or (out / CHECKPOINTS).is_dir()
     if (out / "config.json").is_file() and not ours:
         raise FinetuneError(
             f"--out {str(out)!r} holds a model this job did not write (its config.json); give a new or empty folder"
