@@ -307,6 +307,10 @@ def test_split_is_stratified_disjoint_and_seeded():
     assert not set(train.doc_id) & set(held.doc_id) and len(train) + len(held) == 100
     assert split_rows(rows, 0.2, seed=4)[1].doc_id.tolist() == held.doc_id.tolist()
     assert split_rows(rows, 0.2, seed=5)[1].doc_id.tolist() != held.doc_id.tolist()
+    # a class of one row was trained on and none of it held out ("accuracy 1.0 on 1, majority 1.0")
+    few = pd.DataFrame({"doc_id": [f"d{i}" for i in range(11)], "text": ["t"] * 11, "label": [0] + [1] * 10})
+    with pytest.raises(FinetuneError, match=r"at least two of each; rows per class: 0: 1, 1: 10"):
+        split_rows(few, 0.2, seed=4)
 
 
 def test_head_tail_truncation_keeps_both_ends_and_the_special_tokens(wordpiece_tokenizer):

@@ -83,6 +83,12 @@ def labelled_rows(cfg) -> pd.DataFrame:
 def split_rows(rows: pd.DataFrame, eval_fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Stratified, seeded split: each class gives ``eval_fraction`` of its rows to the held-out slice."""
     rng = np.random.default_rng(seed)
+    counts = rows.label.value_counts()
+    if len(counts) < 2 or counts.min() < 2:  # one row of a class trained on it and held none out
+        found = ", ".join(f"{int(k)}: {int(v)}" for k, v in counts.sort_index().items()) or "none"
+        raise FinetuneError(
+            f"fine-tuning needs rows of both classes (0 and 1), at least two of each; rows per class: {found}"
+        )
     held: list[int] = []
     for label in sorted(rows.label.unique()):
         members = rows.index[rows.label == label].to_numpy()
