@@ -5,11 +5,13 @@ unique ids), a stratified seeded held-out split, a fingerprint of the rows used,
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import numpy as np
 import pandas as pd
 
 LABELS = {0: "negative", 1: "positive"}
+log = logging.getLogger("xai_ray")
 
 
 class FinetuneError(ValueError):
@@ -50,7 +52,16 @@ def labelled_rows(cfg) -> pd.DataFrame:
             f"{len(bad)} rows of {cfg.data!r} cannot be used; the first, {bad.doc_id.iloc[0]!r}: {bad.problem.iloc[0]}"
         )
     rows = rows.drop(columns=["problem"])
-    rows = rows[[isinstance(t, str) and bool(t.strip()) for t in rows.text]].reset_index(drop=True)
+    written = [isinstance(t, str) and bool(t.strip()) for t in rows.text]
+    if not all(written) and any(written):  # left out, and said: nothing to learn from, nothing lost unsaid
+        empty = rows.doc_id[[not w for w in written]]
+        log.warning(
+            "%d rows of %r have an empty text and are left out of the fine-tune; the first: %r",
+            len(empty),
+            cfg.data,
+            empty.iloc[0],
+        )
+    rows = rows[written].reset_index(drop=True)
     if rows.empty:
         raise FinetuneError(f"data {cfg.data!r} (split {cfg.split!r}) holds no non-empty texts")
     missing = int(rows.label.isna().sum())
