@@ -167,7 +167,10 @@ class Progress:
         text = self.line()
         if self.mode == "lines":
             self.lines.append(text)
-            print(f"xai-ray: {text}", file=self.stream, flush=True)
+            try:
+                print(f"xai-ray: {text}", file=self.stream, flush=True)
+            except (ValueError, OSError):  # the stream closed under it as the process ends (SIGTERM)
+                return
         self._log(text)  # quiet too: the log file is not the terminal
         self.last_line, self.shown = time.perf_counter(), self.done
 
