@@ -352,6 +352,15 @@ def test_topk_explorer_has_controls_and_a_readable_default(top):
     assert spec["layer"][2]["encoding"]["text"]["field"] == "label"  # mean and documents
     vega = vl_convert.vegalite_to_vega(spec)  # compiles: the params resolve to Vega signals
     assert {"pick_method", "pick_layer", "pick_class", "pick_min"} <= {s["name"] for s in vega["signals"]}
+    # the title says what is on show: above the ranking's minimum, words hidden from the top k
+    # ranked at it (not `topk --min-docs 5`, which the title "in >= 5 reviews" promised)
+    for value, said in (
+        (2, "Top 2 words: rollout, layer 2, all reviews, in >= 2 reviews"),
+        (5, "Top 2 words: rollout, layer 2, all reviews, ranked in >= 2 reviews, those in >= 5 shown"),
+    ):
+        params["pick_min"]["value"] = value
+        svg = vl_convert.vegalite_to_svg(spec)
+        assert said in html.unescape(svg), said
 
 
 CONTRAST = pd.DataFrame(

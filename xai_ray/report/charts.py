@@ -233,11 +233,15 @@ def topk_explorer(
     bars = base.mark_bar(color="#4c78a8").encode(x=alt.X("mean_score:Q", title=AXIS.get(stat, stat)))
     errors = base.mark_rule(color="#222222").encode(x="ci_low:Q", x2="ci_high:Q")
     labels = base.mark_text(align="left", dx=3, dy=-5, fontSize=9).encode(x="ci_high:Q", text="label:N")
-    # The title names the slice on show, so a screenshot or an exported PNG says what it is.
+    # The title names the slice on show, so a screenshot or an exported PNG says what it is. Above
+    # min_docs the slider hides words of the top k ranked at min_docs, which is not `topk
+    # --min-docs N` (a title saying "in >= N reviews" there promised that ranking): it says both.
+    ranked = int(min_docs)
     shown = alt.ExprRef(
         expr=f"{json.dumps(title.translate(BIDI_CONTROLS))} + ': ' + pick_method + ', layer ' + pick_layer + ', '"
         " + (pick_class == 'all' ? 'all reviews' : 'predicted ' + pick_class)"
-        " + ', in >= ' + pick_min + ' reviews'"
+        f" + (pick_min <= {ranked} ? ', in >= ' + pick_min + ' reviews'"
+        f" : ', ranked in >= {ranked} reviews, those in >= ' + pick_min + ' shown')"
     )
     return (
         alt.layer(bars, errors, labels)
