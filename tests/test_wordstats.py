@@ -350,3 +350,19 @@ def test_the_reports_top_words_from_the_kept_totals_are_those_of_the_scan(tmp_pa
     assert len(scanned) > 6 and set(scanned["group"]) == {"0", "1", "all"}
     assert got[exact].values.tolist() == scanned[exact].values.tolist()
     np.testing.assert_allclose(got[["mean_score", "sd"]], scanned[["mean_score", "sd"]], rtol=1e-9)
+
+
+def test_topk_of_a_layer_the_method_does_not_store_says_so(tmp_path):
+    """input_x_gradient, integrated_gradients and lrp are stored at the last layer only: `topk
+    --layer 3` of one printed "(no rows)", as if no word had passed the filters."""
+    import json
+
+    from xai_ray.store import layout
+
+    write_store(tmp_path, [doc_row(f"d{i}", ["good", "film"], [0.6, 0.4]) for i in range(3)])
+    path = layout.manifest_path(tmp_path, "r")
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "model": {"n_layers": 2}}))  # raw stored at layer 1 of 2
+    with pytest.raises(QueryError, match="run 'r' stores method 'raw' at layer 1 only; got --layer 2"):
+        topk(open_store(tmp_path), method=METHOD, layer=2)
+    assert topk(open_store(tmp_path), method=METHOD, layer=1, min_docs=1)["word"].tolist() == ["good", "film"]

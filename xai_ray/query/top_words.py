@@ -3,10 +3,13 @@ defines them, from the word totals the aggregate stage keeps beside a run when i
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from xai_ray.query import wordstats
 from xai_ray.query.connection import WORD_TOTALS, QueryError, pick_run, run_named
+from xai_ray.query.views import manifest_slices
 
 
 def has_word_totals(con, run_id: str) -> bool:
@@ -64,6 +67,10 @@ def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude)
     layer = n_layers if layer is None else int(layer)
     if layer < 1 or (n_layers is not None and layer > n_layers):
         raise QueryError(f"--layer must be between 1 and {n_layers} (the model's layers), got {layer}")
+    stored = sorted(la for m, la in manifest_slices(json.loads(run.get("manifest") or "{}")) if m == method)
+    if stored and layer not in stored:  # input_x_gradient, integrated_gradients, lrp: the last layer only
+        shown = ", ".join(map(str, stored))
+        raise QueryError(f"run {run['run_id']!r} stores method {method!r} at layer {shown} only; got --layer {layer}")
     if int(k) < 1:
         raise QueryError(f"--k must be at least 1, got {k}")
     if min_docs is None:
