@@ -562,6 +562,7 @@ def test_a_class_named_all_is_told_apart_from_the_overall_group(tmp_path):
         ({0: "good\u202a", 1: "good\u202b"}, {0: "good\ufffd (class 0)", 1: "good\ufffd (class 1)"}),  # apart by bidi
         ({0: "negative", 1: "posi\u2028tive"}, {0: "negative", 1: "posi\ufffdtive"}),  # a line separator
         ({0: "n\x00eg", 1: "p\x1bos"}, {0: "n\u2400eg", 1: "p\u241bos"}),  # controls as their pictures
+        ({0: "a (class 1)", 1: "a", 2: "a"}, {0: "a (class 1) (class 0)", 1: "a (class 1)", 2: "a (class 2)"}),
     ],
 )
 def test_class_names_are_drawn_one_per_class_by_vega(tmp_path, labels, shown):
@@ -589,11 +590,13 @@ def test_class_names_are_drawn_one_per_class_by_vega(tmp_path, labels, shown):
     manifest.write_text(json.dumps(named))
     ctx = context(tmp_path, "r1", {**DEFAULTS, "min_docs": 1})
     assert ctx.labels == shown
-    assert set(ctx.topk_all()["group"]) == {"all", *shown.values()}  # a panel per class
+    assert set(ctx.topk_all()["group"]) == {"all", shown[0], shown[1]}  # a panel per predicted class
     counts = pd.DataFrame({"label": [0, 0, 1, 1], "pred": [0, 1, 0, 1], "documents": [12, 1, 13, 1]})
     svg = vl_convert.vegalite_to_svg(charts.spec(charts.confusion(counts, ctx.labels)))
     cells = re.search(r'<g class="mark-text role-mark[^"]*"[^>]*>(.*?)</g>', svg, re.S).group(1)
-    assert sorted(re.findall(r"<text[^>]*>([^<]+)</text>", cells)) == ["1", "1", "12", "13"]  # four cells
+    drawn_cells = re.findall(r"<text[^>]*>([^<]+)</text>", cells)
+    assert len(drawn_cells) == len(shown) ** 2  # a cell per pair of classes, none drawn over another
+    assert sorted(c for c in drawn_cells if c != "0") == ["1", "1", "12", "13"]
     drawn = re.findall(r"<text[^>]*>([^<]+)</text>", svg)
     assert set(shown.values()) <= {html.unescape(d) for d in drawn}
 

@@ -458,3 +458,8 @@ def test_last_night_is_a_night_whose_runs_are_still_here(tmp_path):
     assert _previous_night(tmp_path, "2026-11-22", ["nightly-2026-11-20"]) == "2026-11-20"  # 21's run deleted
     assert _previous_night(tmp_path, "2026-11-24", ["nightly-2026-11-20"]) == "2026-11-20"
     assert _previous_night(tmp_path, "2026-11-20", []) is None
+    # a later night's run published without its report (stopped between the two): its night
+    every = [*every, "nightly-2026-11-24"]
+    assert _previous_night(tmp_path, "2026-11-25", every) == "2026-11-24"
+    # nights 20, 21 and 24 with runs, 21's deleted: the union of 20 and 24 is night 24's numbers
+    assert _previous_night(tmp_path, "2026-11-25", ["nightly-2026-11-20", "nightly-2026-11-24"]) == "2026-11-24"

@@ -237,3 +237,14 @@ def test_a_nights_submission_id_names_its_store():
     a, b = night_id("2026-11-26", "/data/store-a"), night_id("2026-11-26", "/data/store-b")
     assert re.fullmatch(r"xai-ray-nightly-2026-11-26-[0-9a-f]{8}", a) and a != b
     assert night_id("2026-11-26", "/data/store-a") == a and night_id("2026-11-27", "/data/store-a") != a
+
+
+def test_one_store_spelled_two_ways_is_one_nights_job(tmp_path):
+    """A trailing slash made the same store's night a second job."""
+    from xai_ray.ops.submit import nightly_store
+
+    config = tmp_path / "nightly.yaml"
+    config.write_text("data: /data/imdb.parquet\nstore: /srv/store\n")
+    spellings = ["store=/srv/store/", "store=/srv/./store", "store=/srv/store"]
+    assert {nightly_store(config, [s]) for s in spellings} == {"/srv/store"}
+    assert nightly_store(config, ["store=s3://b/x/"]) == nightly_store(config, ["store=s3://b/x"]) == "s3://b/x"

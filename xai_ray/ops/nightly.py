@@ -373,14 +373,15 @@ def write_record(local: Path, date: str, record: dict) -> Path:
 
 
 def _previous_night(local: Path, date: str, before: list[str]) -> str | None:
-    """The last night before ``date`` whose report the runs still here (``before``) rebuild: its
-    record's runs all among them (a quiet night made no run of its own), or, failing that, the last
-    run's night. A night whose run was deleted by hand is not "last night" for numbers that lack
-    its documents: the report named it over an older night's counts."""
+    """The last night before ``date`` whose report was built from exactly the runs still here
+    (``before``, whose union is what "last night" shows; a quiet night made no run of its own), or,
+    failing that, the last run's night. A night whose run was deleted by hand is not "last night"
+    for numbers that lack its documents (the report named it over an older night's counts), nor is
+    an older night for numbers holding a later night's run whose report was never written."""
     present = set(before)
     for night in sorted((p.name for p in store_layout.nights(local) if p.name < date), reverse=True):
         runs = _recorded_runs(local, night)
-        if runs is None or set(runs) <= present:  # a report of an older version keeps no record
+        if runs is not None and set(runs) == present:
             return night
     return max((r[len(PREFIX) :] for r in before), default=None)
 

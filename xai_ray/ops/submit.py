@@ -240,9 +240,13 @@ def night_id(date: str, store: str) -> str:
 
 
 def nightly_store(path: Path, sets: list[str] | None) -> str:
+    """The night's store as one spelling of it: ``/srv/store/``, ``/srv/./store`` and ``/srv/store``
+    (or ``s3://b/x/`` and ``s3://b/x``) are one store, and so one job a night."""
     from xai_ray import config
+    from xai_ray.store import remote
 
-    return config.resolve(path, None, sets).store
+    store = config.resolve(path, None, sets).store
+    return store.rstrip("/") if remote.is_uri(store) else os.path.normpath(store)
 
 
 def _exists(client, submission_id: str) -> str | None:

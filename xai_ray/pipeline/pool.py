@@ -201,20 +201,24 @@ def actor_count(asked: int | None, gpus: float, cpus_per_actor: float) -> int:
     at what the machine's CPUs hold, and the log says so."""
     import ray
 
-    fits = auto_actors(gpus, cpus_per_actor)
-    one_node = sum(1 for node in ray.nodes() if node.get("Alive")) == 1
     if not asked:
-        return fits
+        return auto_actors(gpus, cpus_per_actor)
+    one_node = sum(1 for node in ray.nodes() if node.get("Alive")) == 1
+    cpus = ray.cluster_resources().get("CPU", 1)
+    fits = max(1, int(cpus // cpus_per_actor)) if cpus_per_actor > 0 else asked
     if one_node and gpus == 0 and asked > fits:
-        log.warning(
-            "actors %d: this machine's CPUs hold %d scoring actor(s) of %g CPU(s) each; starting %d",
-            asked,
-            fits,
-            cpus_per_actor,
-            fits,
-        )
+        said = (asked, cpus, cpus_per_actor, fits)
+        if said not in _SAID:  # the pool is asked for more than once a run
+            _SAID.add(said)
+            log.warning(
+                "actors %d: this machine has %g CPU(s), for scoring actors of %g CPU(s) each; starting %d",
+                *said,
+            )
         return fits
     return asked
+
+
+_SAID: set = set()
 
 
 def actor_gpus(cfg) -> float:

@@ -223,4 +223,7 @@ def class_names(labels: dict[int, str]) -> dict[int, str]:
     one cell of the confusion matrix and one panel of top words."""
     shown = {index: drawn(str(name)) for index, name in labels.items()}
     seen = Counter(shown.values())
-    return {index: f"{name} (class {index})" if seen[name] > 1 else name for index, name in shown.items()}
+    named = {index: f"{name} (class {index})" if seen[name] > 1 else name for index, name in shown.items()}
+    if len(set(named.values())) < len(named):  # a suffix met another class's own name ("a (class 1)")
+        named = {index: f"{name} (class {index})" for index, name in shown.items()}  # each index once
+    return named
