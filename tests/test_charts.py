@@ -530,14 +530,10 @@ def test_words_that_name_javascript_object_members_are_drawn():
         assert set(expected) <= drawn, (name, sorted(drawn))
 
 
-def test_a_class_named_all_is_told_apart_from_the_overall_group(tmp_path):
-    """The overall ranking is group "all": a class of that name had its words counted in the
-    headline twice over (40 rows for 20) and lost its own panel."""
-    from xai_ray.report.context import context
-    from xai_ray.report.definition import DEFAULTS
-
+def _run_with_labels(root, labels: dict) -> None:
+    """Run r1 of the hand-written store, its model's classes named ``labels``."""
     write_run(
-        tmp_path,
+        root,
         "r1",
         DOCS,
         {
@@ -545,10 +541,19 @@ def test_a_class_named_all_is_told_apart_from_the_overall_group(tmp_path):
             for key, per in SCORES.items()
         },
     )
-    manifest = layout.run_dir(tmp_path, "r1") / "manifest.json"
+    manifest = layout.run_dir(root, "r1") / "manifest.json"
     named = json.loads(manifest.read_text())
-    named["model"]["labels"] = {"0": "all", "1": "positive"}
+    named["model"]["labels"] = {str(k): v for k, v in labels.items()}
     manifest.write_text(json.dumps(named))
+
+
+def test_a_class_named_all_is_told_apart_from_the_overall_group(tmp_path):
+    """The overall ranking is group "all": a class of that name had its words counted in the
+    headline twice over (40 rows for 20) and lost its own panel."""
+    from xai_ray.report.context import context
+    from xai_ray.report.definition import DEFAULTS
+
+    _run_with_labels(tmp_path, {0: "all", 1: "positive"})
     top = context(tmp_path, "r1", {**DEFAULTS, "min_docs": 1}).topk_all()
     assert set(top["group"]) == {"all", "all (class 0)", "positive"}
     overall = top[top["group"] == "all"].groupby(["method", "layer"])["word"]
@@ -575,19 +580,7 @@ def test_class_names_are_drawn_one_per_class_by_vega(tmp_path, labels, shown):
     from xai_ray.report.context import context
     from xai_ray.report.definition import DEFAULTS
 
-    write_run(
-        tmp_path,
-        "r1",
-        DOCS,
-        {
-            key: [(d, i, WORDS_OF[d][i], s) for d, sc in per.items() for i, s in enumerate(sc)]
-            for key, per in SCORES.items()
-        },
-    )
-    manifest = layout.run_dir(tmp_path, "r1") / "manifest.json"
-    named = json.loads(manifest.read_text())
-    named["model"]["labels"] = {str(k): v for k, v in labels.items()}
-    manifest.write_text(json.dumps(named))
+    _run_with_labels(tmp_path, labels)
     ctx = context(tmp_path, "r1", {**DEFAULTS, "min_docs": 1})
     assert ctx.labels == shown
     assert set(ctx.topk_all()["group"]) == {"all", shown[0], shown[1]}  # a panel per predicted class
