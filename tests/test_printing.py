@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import os
 
 import pyarrow as pa
 import pytest
@@ -157,3 +158,42 @@ def test_a_value_duckdb_cannot_print_is_named_as_the_results_not_the_stores(caps
     table = duckdb.connect().sql("select 170141183460469231731687303715884105728::uhugeint v").to_arrow_table()
     with pytest.raises(QueryError, match="a value of the query's result cannot be printed"):
         printing.print_rows([table], "table")
+
+
+ESCAPES = "\x1b]0;OWNED\x07\x1b[2J"  # retitle the window, clear the screen
+
+
+def test_errors_and_warnings_quote_data_as_escapes_not_as_terminal_commands(tmp_path):
+    """A CSV column's name in the error line, a file's name in the folder's warning: printed as
+    they were, the terminal obeyed them (the paths beside them were already quoted)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "header.csv").write_text(f"id,{ESCAPES}RED,label\n1,a,1\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.csv").write_text("id,text,label\n1,good film,1\n")
+    (folder / f"x{ESCAPES}.json").write_text("")
+    said = []
+    for data, model in (("header.csv", "minilm"), ("folder", str(tmp_path / "no-model"))):
+        done = subprocess.run(
+            [sys.executable, "-m", "xai_ray.cli", "run", "--data", str(tmp_path / data), "--model", model],
+            cwd=tmp_path,
+            capture_output=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        said.append(done.stderr.decode())
+    assert "has no text column 'text' (columns: id, \\x1b]0;OWNED\\x07\\x1b[2JRED, label)" in said[0]
+    assert "are not read (x\\x1b]0;OWNED\\x07\\x1b[2J.json)" in said[1]
+    assert not any(c in text for text in said for c in "\x1b\x07")
+
+
+def test_a_log_line_keeps_its_line_breaks_and_escapes_the_rest():
+    import logging
+
+    from xai_ray.terminal import VisibleFormatter
+
+    record = logging.LogRecord("xai_ray", logging.WARNING, __file__, 1, "class %s\nnext\rline", (ESCAPES,), None)
+    assert VisibleFormatter("%(message)s").format(record) == "class \\x1b]0;OWNED\\x07\\x1b[2J\nnext\\rline"

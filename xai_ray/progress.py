@@ -26,6 +26,8 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+from xai_ray.terminal import VisibleFormatter
+
 log = logging.getLogger("xai_ray")
 
 
@@ -266,7 +268,7 @@ def route_noise(path: str | Path) -> Path:
         previous.close()
     handler = _LogFile(path, encoding="utf-8")
     _state["handler"] = handler
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(VisibleFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.DEBUG)
     # warnings.warn -> the py.warnings logger. Re-armed on every call: a host (a notebook kernel, a test
     # runner) may have put its own ``showwarning`` back since the last run, and captureWarnings(True)

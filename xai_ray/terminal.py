@@ -10,6 +10,7 @@ escape is the same character to a JSON reader.
 
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
 
@@ -24,6 +25,19 @@ def visible(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ascii(c)[1:-1] if c in BIDI or unicodedata.category(c) in HIDDEN else c for c in text)
+
+
+def visible_lines(text: str) -> str:
+    """``visible`` of each line of ``text``: the line breaks a message means (a traceback's) kept."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
+class VisibleFormatter(logging.Formatter):
+    """Log lines as ``visible_lines``: a warning naming a file, a column or a class name read from
+    data could otherwise clear or retitle the terminal that shows it, or the one a log is read in."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible_lines(super().format(record))
 
 
 def json_visible(text: str) -> str:

@@ -17,6 +17,7 @@ import sys
 from xai_ray import __version__
 from xai_ray.cli import flags, jobs, reading, scoring
 from xai_ray.config import ConfigError
+from xai_ray.terminal import VisibleFormatter, visible, visible_lines
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -106,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
 
     progress.configure(quiet=args.quiet)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    ours = set(logging.getLogger().handlers)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    for handler in set(logging.getLogger().handlers) - ours:  # a host's own handlers (a notebook's) stay its
+        handler.setFormatter(VisibleFormatter("%(asctime)s %(levelname)s %(message)s"))
     for handler in logging.getLogger().handlers:  # the terminal shows what the flags ask for ...
         handler.setLevel(level)
     logging.getLogger("xai_ray").setLevel(min(level, logging.INFO))  # ... a run's log file keeps INFO under -q
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except _user_errors() as err:
-        print(f"xai-ray: {err}", file=sys.stderr)
+        print(f"xai-ray: {visible_lines(str(err))}", file=sys.stderr)  # it may quote the data: a column's name
         return 2
     except _duckdb_error() as err:  # a store file cut short or damaged, met while DuckDB reads it
         if args.verbose:
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
         unreadable = isinstance(err, (duckdb.IOException, duckdb.InvalidInputException))
         what = "a file of the store cannot be read" if unreadable else "DuckDB failed on the store (a damaged file?)"
-        print(f"xai-ray: {what}: {first_line(err)} (-v shows where)", file=sys.stderr)
+        print(f"xai-ray: {what}: {visible(first_line(err))} (-v shows where)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a run's committed parts are kept (`run --resume RUN_ID`)
         return _interrupted(args.command)
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         # a path of the user's (--store, --out, --log, ...) the system refused: one sentence
         print(
-            f"xai-ray: cannot use {str(err.filename)!r}: {(err.strerror or type(err).__name__).lower()}",
+            f"xai-ray: cannot use {str(err.filename)!r}: {visible((err.strerror or type(err).__name__).lower())}",
             file=sys.stderr,
         )
         return 2
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         said = ray_failure(err, args.command)
         if said is None or args.verbose:
             raise
-        print(said, file=sys.stderr)
+        print(visible_lines(said), file=sys.stderr)
         return 1
     finally:
         forget_run()  # said by now: a later call in this process (a notebook, a test) has its own
