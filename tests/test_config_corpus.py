@@ -167,3 +167,62 @@ def test_decoder_and_pickle_only_models_are_refused(tmp_path):
     (tmp_path / "bert" / "pytorch_model.bin").write_bytes(b"")
     with pytest.raises(ModelError, match="no .safetensors weights"):
         load_model(str(tmp_path / "bert"))
+
+
+@pytest.mark.parametrize(
+    "classes,expected",
+    [
+        ({0: "positive", 1: "negative"}, {"train_pos_7": 0, "train_neg_3": 1}),  # the model's order, not the folder's
+        ({0: "NEGATIVE", 1: "neutral", 2: "POSITIVE"}, {"train_pos_7": 2, "train_neg_3": 0}),
+        ({0: "neg", 1: "pos"}, {"train_pos_7": 1, "train_neg_3": 0}),
+        ([0, 1], {"train_pos_7": 1, "train_neg_3": 0}),  # no names: the dataset's own numbers
+    ],
+)
+def test_an_aclimdb_folders_names_are_matched_to_the_models_classes(tmp_path, classes, expected):
+    """aclImdb's pos and neg folders name classes: a model that lists positive first, or has a
+    neutral class between, got neg as class 0 and pos as class 1 whatever its classes were."""
+    from xai_ray.data.screening import screen
+
+    for name, text in _aclimdb_files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    kept, rejected = screen(read_corpus(str(tmp_path / "aclImdb"), split="train"), classes)
+    assert rejected.empty
+    assert dict(zip(kept.doc_id, kept.label)) == expected
+
+
+def test_an_aclimdb_folder_that_names_no_class_is_an_errors_row(tmp_path):
+    from xai_ray.data.screening import screen
+
+    for name, text in _aclimdb_files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    kept, rejected = screen(read_corpus(str(tmp_path / "aclImdb"), split="train"), {0: "bad", 1: "good"})
+    assert kept.empty
+    assert dict(zip(rejected.doc_id, rejected.reason)) == {
+        doc_id: f"label {folder!r} is not a class number nor one of the model's class names (0: bad, 1: good); "
+        "use --set label_column=none to score without labels"
+        for doc_id, folder in (("train_pos_7", "pos"), ("train_neg_3", "neg"))
+    }
+
+
+def test_pos_and_neg_name_positive_and_negative_only_where_no_class_has_their_name():
+    from xai_ray.data.screening import by_name
+
+    assert by_name("pos", {0: "NEGATIVE", 1: "POSITIVE"}) == (1, None)
+    assert by_name(" Neg ", {0: "negative", 1: "positive"}) == (0, None)
+    assert by_name("positive", {0: "neg", 1: "pos"}) == (1, None)
+    assert by_name("pos", {0: "pos", 1: "positive"}) == (0, None)  # its own name first
+    assert by_name("pos", {0: "Positive", 1: "positive"})[0] is None  # two classes it could mean
+    assert by_name("posit", {0: "negative", 1: "positive"})[0] is None
+
+
+def test_a_csv_with_two_columns_of_one_name_says_which_one_is_read(tmp_path, caplog):
+    """The first "text" was scored without a word; the same file as Parquet is refused, since
+    Parquet gives the second column no name of its own. A CSV's second is ``text.1``, as pandas names it."""
+    source = tmp_path / "dup.csv"
+    source.write_text("id,text,text,label\n1,first text,second text,1\n2,c,d,0\n")
+    with caplog.at_level("WARNING", logger="xai_ray"):
+        assert read_corpus(str(source)).text.tolist() == ["first text", "c"]
+    assert f"{str(source)!r} has columns of one name: 'text' again as 'text.1'" in caplog.text
+    assert read_corpus(str(source), text_column="text.1").text.tolist() == ["second text", "d"]

@@ -69,13 +69,13 @@ def test_parquet_integer_ids_with_a_null_stay_integers(tmp_path):
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
 def test_labels_that_are_not_classes_go_to_errors_with_the_label(tmp_path, kind):
-    labels = ["1", "1.5", "pos", "true", "", "7", " 0 ", "-1", "positive", " Negative "]
+    labels = ["1", "1.5", "joy", "true", "", "7", " 0 ", "-1", "positive", " Negative "]
     if kind == "csv":
         source = tmp_path / "c.csv"
         source.write_text("id,text,label\n" + "".join(f"d{i},text {i},{v}\n" for i, v in enumerate(labels)))
     else:  # JSON values of every kind: numbers, strings, booleans, null
         source = tmp_path / "c.jsonl"
-        values = ["1", "1.5", '"pos"', "true", "null", "7", '" 0 "', "-1", '"positive"', '" Negative "']
+        values = ["1", "1.5", '"joy"', "true", "null", "7", '" 0 "', "-1", '"positive"', '" Negative "']
         source.write_text(
             "".join(f'{{"id": "d{i}", "text": "text {i}", "label": {v}}}\n' for i, v in enumerate(values))
         )
@@ -86,7 +86,7 @@ def test_labels_that_are_not_classes_go_to_errors_with_the_label(tmp_path, kind)
     classes = "(0: negative, 1: positive); use --set label_column=none to score without labels"
     named = "is not a class number nor one of the model's class names"
     assert reasons["d1"] == f"label '1.5' {named} {classes}"
-    assert reasons["d2"] == f"label 'pos' {named} {classes}"
+    assert reasons["d2"] == f"label 'joy' {named} {classes}"
     assert reasons["d3"] == f"label 'true' {named} {classes}"
     assert reasons["d5"] == f"label 7 is not one of the model's classes {classes}"
     assert reasons["d7"].startswith("label -1 is not one of the model's classes")
@@ -175,7 +175,7 @@ def test_a_hostile_jsonl_runs_to_the_end_with_ids_as_written(ray_cluster, tmp_pa
         '{"id": "1", "text": "the same id as text", "label": 0}',
         '{"id": null, "text": "no id", "label": 0}',
         '{"id": "half", "text": "good", "label": 1.5}',
-        '{"id": "word", "text": "good", "label": "pos"}',
+        '{"id": "word", "text": "good", "label": "joy"}',
         '{"id": "bool", "text": "good", "label": true}',
         '["not", "an", "object"]',
         '{"id": "cut", "text": ',
@@ -208,7 +208,7 @@ def test_a_hostile_jsonl_runs_to_the_end_with_ids_as_written(ray_cluster, tmp_pa
     reasons = dict(zip(errors.doc_id, errors.reason))
     assert sorted(reasons) == ["1", "bool", "half", "line-11", "line-12", "row-6", "word"]
     assert reasons["half"].startswith("label '1.5' is not a class number")
-    assert reasons["word"].startswith("label 'pos'") and reasons["bool"].startswith("label 'true'")
+    assert reasons["word"].startswith("label 'joy'") and reasons["bool"].startswith("label 'true'")
     assert reasons["line-11"] == "line 11 is a JSON array, not an object"
     assert len(docs) + len(errors) == len(lines)  # rows in = docs + errors
 

@@ -75,13 +75,13 @@ def test_the_driver_screens_as_the_workers_do(ray_cluster, tmp_path, kind, limit
 
 def _bad_rows_parquet(folder: Path) -> Path:
     """Thirty rows: duplicate ids (of a kept row and of a bad row), a missing id, null, empty and
-    blank texts, labels outside the classes (7) and not numbers (pos)."""
+    blank texts, labels outside the classes (7) and not numbers (joy)."""
     ids = [f"d{i:02d}" for i in range(30)]
     texts = [f"review {i} " + "quite long " * (i % 5) for i in range(30)]
     labels = [str(i % 2) for i in range(30)]
     ids[4], ids[9], ids[20] = "d01", None, "d03"  # d01 repeats a kept row; d03's first row is bad
     texts[3], texts[6], texts[12] = "", " \t ", None
-    labels[7], labels[15] = "7", "pos"
+    labels[7], labels[15] = "7", "joy"
     path = folder / "bad.parquet"
     pd.DataFrame({"id": ids, "text": texts, "label": labels}).to_parquet(path, row_group_size=8)
     return path

@@ -8,6 +8,8 @@ Rows the reader already knows to be bad carry a ``problem`` (a label that is not
 a JSONL line that is not an object) for screening to quarantine. A label that is not a class
 number is also kept as written in ``label_name`` (when it is the row's only problem): screening
 accepts it when it names one of the model's classes (``positive``), which the reader cannot know.
+An aclImdb review's ``label_name`` is its folder (``pos``, ``neg``) beside the dataset's number for
+it: screening reads it as the model's class of that name where the model names its classes.
 
 ``sources`` reads a source piece by piece; ``read_corpus`` gathers every piece into one DataFrame
 in this process (a notebook, fine-tuning, tests), while ``pipeline.read`` hands the same pieces
@@ -41,7 +43,8 @@ def read_corpus(
 ) -> pd.DataFrame:
     """Read a corpus into ``doc_id`` (str), ``text`` (object), ``label`` (nullable Int64),
     ``problem`` (None, or why the row cannot be scored: see ``fields``) and ``label_name`` (the
-    label as written when it is no class number and the row has no other problem, else None).
+    label as written when it is no class number and the row has no other problem, an aclImdb
+    review's folder, else None).
 
     ``limit`` keeps a seeded random sample of that many rows (in source order), because
     sources such as IMDB are sorted by class and their first rows are all one label.

@@ -109,11 +109,12 @@ def csv_columns(header: list[str]) -> list[str]:
     return names
 
 
-def csv_header(reader) -> list[str]:
-    """The column names of a ``csv.reader``'s first line that is not blank ([] when there is none)."""
+def csv_header(reader, written: bool = False) -> list[str]:
+    """The column names of a ``csv.reader``'s first line that is not blank ([] when there is none);
+    ``written``: as the line writes them, not yet named as ``csv_columns`` names them."""
     for values in reader:
         if not _blank(values):
-            return csv_columns(values)
+            return values if written else csv_columns(values)
     return []
 
 
@@ -208,6 +209,11 @@ def written_json(value, depth: int = 0) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(written_json(v, depth + 1) for v in value) + "]"
     return json.dumps(value, default=str)
+
+
+def not_a_number(written: str) -> str:
+    """The reader's problem for a label that is no class number (screening may find it a class name)."""
+    return f"label {written!r} is not a class number"
 
 
 def label_value(value) -> tuple[int | None, str | None]:

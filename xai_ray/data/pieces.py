@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xai_ray.data import fields
-from xai_ray.data.sources import INT64, Piece, SourcePlan, first_line, hub_stream, imdb_name
+from xai_ray.data.sources import IMDB_FOLDERS, INT64, Piece, SourcePlan, first_line, hub_stream, imdb_name
 from xai_ray.data.text import CorpusError, clean_text, decode_file, escaped, lone_surrogate, not_utf8, open_text
 
 CHUNK_ROWS = 1024  # rows per chunk: what one worker holds of a piece at once
@@ -117,8 +117,17 @@ def _row_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def _review(doc_id: str, label: int, data: bytes, where: str) -> dict:
-    """An aclImdb review file's row; ``__where`` names the file for a bad byte's reason."""
-    return {"id": doc_id, "text": decode_file(data), "label": label, "__problem": None, "__where": where}
+    """An aclImdb review file's row; ``__where`` names the file for a bad byte's reason, and
+    ``__label_name`` its folder, a class name that screening matches to the model's classes
+    (``label`` is the dataset's own number for it: what a run without a model's classes keeps)."""
+    return {
+        "id": doc_id,
+        "text": decode_file(data),
+        "label": label,
+        "__problem": None,
+        "__where": where,
+        "__label_name": IMDB_FOLDERS[label],
+    }
 
 
 def _folder_reviews(source: SourcePlan, piece: Piece) -> Iterator[dict]:
@@ -131,7 +140,13 @@ def _folder_reviews(source: SourcePlan, piece: Piece) -> Iterator[dict]:
             data = path.read_bytes()
         except OSError as err:
             why = "is a folder, not a review file" if path.is_dir() else f"cannot be read ({err.strerror or err})"
-            yield {"id": doc_id, "text": None, "label": label, "__problem": f"{str(path)!r} {why}"}
+            yield {
+                "id": doc_id,
+                "text": None,
+                "label": label,
+                "__problem": f"{str(path)!r} {why}",
+                "__label_name": None,
+            }
             continue
         yield _review(doc_id, label, data, repr(str(path)))
 
@@ -252,8 +267,10 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: Piece, start: in
             if labels[i] is not None and not INT64[0] <= labels[i] <= INT64[1]:
                 labels[i], written = None, str(value)
             if written is not None and problems[i] is None:
-                problems[i] = f"label {written!r} is not a class number"
+                problems[i] = fields.not_a_number(written)
                 names[i] = written  # maybe a class name: screening knows the model's
+    if "__label_name" in frame:  # an aclImdb review: its folder (pos, neg) names its class
+        names = [n if n is not None else folder for n, folder in zip(names, frame["__label_name"])]
     names, problems = _storable(names, problems, "label")
     texts = []
     wheres = _wheres(frame, piece)

@@ -5,12 +5,13 @@ with the rest. Rejected: a missing id, an id seen before (the first occurrence i
 compared as text, see ``fields``), a row the reader found bad (a JSONL line that is not an
 object), a text that is null, not a string, empty or whitespace only, a text whose file bytes
 were not UTF-8, and a label outside the model's classes, a number or not (``7``, ``1.5``,
-``pos``, ``true``: scoring it would put a wrong class into every per-class statistic;
+``joy``, ``true``: scoring it would put a wrong class into every per-class statistic;
 ``--set label_column=none`` scores unlabelled data instead). An id whose file bytes were not
 UTF-8 keeps each bad byte as ``\\xNN``, so two such ids stay two.
 
 A label is a class index (``2``) or one of the model's class names (``neutral``; compared
-after stripping spaces, and without case when that names one class only). A written integer is
+after stripping spaces, and without case when that names one class only; ``pos`` and ``neg`` for
+``positive`` and ``negative``, as aclImdb's folders write them). A written integer is
 always read as an index, even when a model names its classes ``"1"``, ``"2"``, ...
 """
 
@@ -24,6 +25,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from xai_ray.data import fields
 from xai_ray.data.text import INVALID_UTF8, MARKED
 
 READABLE = "LNPS"  # Unicode categories a word can be made of: letters, numbers, punctuation, symbols
@@ -95,8 +97,11 @@ def local_problem(row: int, doc_id, text, label, found, classes, name=None) -> t
     ``verdicts'``). ``classes``: as ``class_map`` gives them; ``name``: the label as written when it
     is no class number (the reader's ``label_name``), taken when it names one of the classes."""
     found = None if _missing(found) else found
-    if found and not _missing(name) and classes is not None:  # the label's problem alone: maybe a name
-        label, found = by_name(name, classes)
+    # a label written as a name (the reader's only problem with the row), or an aclImdb folder's
+    # name (no problem; its number the dataset's) where the model names its classes: the class
+    # of that name
+    if not _missing(name) and (found == fields.not_a_number(name) or (found is None and names_classes(classes))):
+        label, found = by_name(name, classes) if classes is not None else (label, found)
     if _missing(doc_id) or not str(doc_id).strip():
         return f"row-{row}", f"{MISSING_ID} (named here by its row)", label
     return stored_id(doc_id), _problem(text, label, classes, found), label
@@ -116,18 +121,38 @@ def class_map(classes) -> dict[int, str | None] | None:
     return {int(c): None for c in classes}
 
 
+def names_classes(classes: dict | None) -> bool:
+    """Whether the model names its classes (``class_map``'s), so a label may be read by its name."""
+    return classes is not None and any(name is not None for name in classes.values())
+
+
 def _listing(classes: dict) -> str:
     if all(name is None for name in classes.values()):
         return ", ".join(str(i) for i in sorted(classes))
     return ", ".join(f"{i}: {classes[i]}" for i in sorted(classes))
 
 
+# aclImdb's folder names (and a common way to write labels): each the class it abbreviates
+SHORT_NAMES = {"pos": "positive", "neg": "negative"}
+
+
+def _spelled_out(name: str) -> str:
+    folded = name.strip().casefold()
+    return SHORT_NAMES.get(folded, folded)
+
+
 def by_name(written: str, classes: dict) -> tuple[int | None, str | None]:
-    """(class index, None) when ``written`` names one of the model's classes, else (None, why not)."""
+    """(class index, None) when ``written`` names one of the model's classes, else (None, why not).
+    Where no class has its name, ``pos`` and ``neg`` name a class called ``positive`` and
+    ``negative`` (without case), and the other way round: aclImdb's ``pos`` folder is a model's
+    ``POSITIVE`` class."""
     text = str(written).strip()
     exact = [i for i, name in classes.items() if name is not None and name.strip() == text]
     folded = [i for i, name in classes.items() if name is not None and name.strip().casefold() == text.casefold()]
     found = exact or (folded if len(folded) == 1 else [])
+    if not found and not folded:
+        short = [i for i, name in classes.items() if name is not None and _spelled_out(name) == _spelled_out(text)]
+        found = short if len(short) == 1 else []
     if found:
         return found[0], None
     return None, (

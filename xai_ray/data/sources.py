@@ -25,7 +25,8 @@ log = logging.getLogger("xai_ray")
 FOLDER_FORMATS = (".parquet", ".csv", ".jsonl")
 # data-like files a folder may hold beside those that its reading leaves out (and says so)
 UNREAD_FORMATS = (".json", ".ndjson", ".tsv", ".csv.gz", ".jsonl.gz", ".json.gz", ".parquet.gz", ".csv.zip", ".xlsx")
-IMDB_LABELS = {"neg": 0, "pos": 1}
+IMDB_LABELS = {"neg": 0, "pos": 1}  # the dataset's own numbers; the names are matched to a model's classes
+IMDB_FOLDERS = {number: name for name, number in IMDB_LABELS.items()}
 FILES_PER_PIECE = 1000  # aclImdb files read by one task
 INT64 = (-(2**63), 2**63 - 1)  # what a label may be
 
@@ -231,12 +232,21 @@ def _text_header(file: Path, kind: str, text_column: str) -> list[str]:
     """A CSV file's column names (its header line, parsed as the reader will: ``fields.csv_rows``)."""
     try:
         with open_text(file) as handle:
-            header = fields.csv_header(csv.reader(handle, strict=True))
+            header = fields.csv_header(csv.reader(handle, strict=True), written=True)
     except csv.Error as err:
         raise CorpusError(f"{str(file)!r} cannot be parsed: {first_line(err)}") from None
     if not header:
         raise CorpusError(f"{str(file)!r} cannot be parsed: its first line holds no column names")
-    return fields.csv_columns(header)
+    names = fields.csv_columns(header)
+    repeated = [(given, read) for given, read in zip(header, names) if given and given != read]
+    if repeated:  # read as pandas reads it, and said: the second "text" column is "text.1"
+        log.warning(
+            "%r has columns of one name: %s; the first of each is read by its name (--set text_column=NAME "
+            "and the like name another)",
+            str(file),
+            ", ".join(f"{given!r} again as {read!r}" for given, read in repeated),
+        )
+    return names
 
 
 def _csv_has_rows(file: Path) -> bool:

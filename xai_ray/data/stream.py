@@ -337,7 +337,9 @@ def _todo(batch: pa.Table, side, heads: HeadDocs, classes=None) -> pa.Table:
     rows = batch.filter(pa.array(keep))
     ids = [screening.stored_id(d) for d in rows.column("doc_id").to_pylist()]
     labels = rows.column("label")
-    if classes is not None and rows.column("label_name").null_count < rows.num_rows:  # labels written as names
+    # labels written as names, aclImdb's folders: read by name where the model names its classes
+    # (screening's rule; a name it could not read rejected its row)
+    if screening.names_classes(classes) and rows.column("label_name").null_count < rows.num_rows:
         written, values = rows.column("label_name").to_pylist(), labels.to_pylist()
         labels = pa.array(
             [v if n is None else screening.by_name(n, classes)[0] for n, v in zip(written, values)], pa.int64()
