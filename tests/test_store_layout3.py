@@ -279,3 +279,20 @@ def test_word_totals_summed_in_one_scan_hold_each_words_share_and_lift(store):
     by_slice = word_totals(con, store, "three", wide=False).sort_values(["layer", "word"], ignore_index=True)
     assert by_slice.drop(columns=list(SUMS)).equals(got.drop(columns=list(SUMS)))  # the words view, slice by slice
     np.testing.assert_allclose(by_slice[list(SUMS)], got[list(SUMS)], rtol=1e-12)
+
+
+@pytest.mark.parametrize("run_ids", [("20261127", "20261128"), ("2026-11-27",)])
+def test_run_ids_that_look_like_numbers_stay_text_in_every_slice(tmp_path, run_ids):
+    """A slice's select reads its run id from the folder name as text (every partition value read
+    as text, not typed per select): in a store whose ids all look like values of one type,
+    ``20261127`` is no integer and ``2026-11-27`` no date, and a query binds a run id as text."""
+    for run_id in run_ids:
+        writer = RunWriter(tmp_path, run_id, ["raw"], layout=3)
+        writer.write(scorer_rows())
+        writer.publish({"created_at": run_id, "config": {"methods": ["raw"]}})
+    con = open_store(tmp_path)
+    for view in ("tokens", "words"):
+        typed = con.execute(f"select distinct typeof(run_id), run_id from {view} order by 2").fetchall()
+        assert typed == [("VARCHAR", run_id) for run_id in sorted(run_ids)]
+        rows = f"select * exclude (run_id) from {view} where run_id = ? order by all"
+        assert con.execute(rows, [run_ids[0]]).fetchall() == con.execute(rows, [run_ids[-1]]).fetchall() != []

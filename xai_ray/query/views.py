@@ -47,10 +47,13 @@ SOURCES = {
         Source("word_rows", TOKEN_TABLE, (3,), "view_words_v3"),  # layout 3: words on their tokens' rows
     ),
 }
-# A slice's parts, read by name: union_by_name only for files no part record describes (view_sql)
+# A slice's parts, read by name: union_by_name only for files no part record describes (view_sql).
+# The run id stays text (``20261127`` is an id, not a number) by reading every partition value as
+# text: naming its type (``hive_types``) cost each select a tenth of a millisecond to bind, and a
+# view binds one select per slice (12 for MiniLM raw+rollout: bench/README, store_layout.py).
 SCAN = (
     "read_parquet(getvariable('@files@'), hive_partitioning = true, union_by_name = @by_name@, "
-    "hive_types = {'run_id': VARCHAR})"
+    "hive_types_autocast = false)"
 )
 # layout 3's share of a word: its raw score (the score on its row) / its document's divisor
 DERIVED_SHARE = '"score:@slice@" / "divisor:@slice@"'
