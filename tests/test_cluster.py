@@ -68,6 +68,27 @@ def test_cluster_yaml_keeps_the_dashboard_behind_ssh():
     assert CLUSTER["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
 
 
+def test_the_upload_and_the_sync_take_every_file_of_the_package():
+    """EXCLUDES' "store" and cluster.yaml's "**/store" left out xai_ray/store too: every job failed
+    on a cluster that installs what was shipped (a local head with this checkout installed
+    editable found the package anyway). Stores, models, secrets and the nightly's incoming/ stay out."""
+    import fnmatch
+
+    from xai_ray.ops.submit import left_out_by
+
+    code = [p.relative_to(ROOT) for d in ("xai_ray", "jobs") for p in (ROOT / d).rglob("*.py")]
+    code = [p for p in code if "__pycache__" not in p.parts] + [Path("pyproject.toml"), Path("cluster.yaml")]
+    assert Path("xai_ray/store/writer.py") in code
+    assert [str(p) for p in code if left_out_by(ROOT, p)] == []
+    for kept_out in ("store/runs/x", "store-nightly/x", "models/m/config.json", ".env", ".venv/bin/python"):
+        assert left_out_by(ROOT, Path(kept_out)) == "EXCLUDES of xai_ray/ops/submit.py", kept_out
+    assert left_out_by(ROOT, Path("incoming")) == "its .gitignore"
+    names = {part for p in code for part in p.parts}  # rsync's "**/NAME" leaves out each folder so named
+    for pattern in CLUSTER["rsync_exclude"]:
+        assert pattern.startswith(("/", "**/")), pattern
+        assert not (pattern.startswith("**/") and fnmatch.filter(names, pattern[3:])), pattern
+
+
 def test_cluster_yaml_installs_this_project_with_the_clients_ray():
     import ray
 

@@ -39,6 +39,8 @@ def test_dry_run_prints_the_cron_entry_and_installs_nothing(capsys, monkeypatch)
                 "--dry-run",
                 "--set",
                 "store=s3://bucket/xai",
+                "--set",
+                "data=/srv/incoming",  # the config's incoming/ is not shipped: a path on the cluster
             ]
         )
         == 0
@@ -94,7 +96,7 @@ def test_the_scheduled_line_runs(tmp_path, capsys):
     listens at the address, so the submit stops at once, in the log)."""
     log = tmp_path / "log dir" / "nightly.log"
     argv = ["schedule", str(CONFIG), "--systemd", "--dry-run", "--log", str(log), "--submit-to", "http://127.0.0.1:9"]
-    assert cli.main([*argv, "--set", f"store={tmp_path / 'store'}"]) == 0
+    assert cli.main([*argv, "--set", f"store={tmp_path / 'store'}", "--set", "data=/srv/incoming"]) == 0
     service = capsys.readouterr().out
     line = next(row for row in service.splitlines() if row.startswith("ExecStart=/bin/bash -c "))
     log.parent.mkdir()
@@ -108,6 +110,10 @@ def test_the_scheduled_line_runs(tmp_path, capsys):
         ("outside", "lies outside the working directory"),
         ("no scheme", "needs the Jobs API's URL, with its scheme"),
         ("data outside", "is a relative path that leads out of the working directory"),
+        (
+            "data not shipped",
+            "data 'incoming/' is left out of the working directory shipped to the cluster (its .gitignore)",
+        ),
     ],
 )
 def test_a_submission_submit_would_refuse_is_refused_when_scheduled(case, says, tmp_path, capsys):
@@ -120,6 +126,8 @@ def test_a_submission_submit_would_refuse_is_refused_when_scheduled(case, says, 
         address = "localhost:8265"
     if case == "data outside":
         sets += ["--set", "data=../shared/data/imdb/train.parquet"]
+    if case in ("outside", "no scheme"):
+        sets += ["--set", "data=/srv/incoming"]  # the config's incoming/ alone is refused: "data not shipped"
     assert cli.main(["schedule", config, "--submit-to", address, "--dry-run", *sets]) == 2
     assert says in capsys.readouterr().err
 

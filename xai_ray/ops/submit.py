@@ -23,23 +23,26 @@ from pathlib import Path
 from xai_ray.config import ConfigError
 
 KINDS = ("analyze", "finetune", "nightly")
-# Never uploaded: environments, VCS data, stores, models and build leftovers (Ray's own
-# defaults drop .git and .venv too; listing them keeps older Rays from shipping them).
+# Never uploaded: environments, VCS data, secrets, stores, models and build leftovers (Ray's own
+# defaults drop .git and .venv too; listing them keeps older Rays from shipping them). Patterns as
+# .gitignore reads them: the repository's own folders are anchored with "/" ("store" alone left out
+# the package xai_ray/store, and every job failed on a cluster that installs what was shipped).
 EXCLUDES = [
     ".venv",
     ".git",
-    "store",
-    "store-*",
-    "models",
+    ".env",
+    "/store",
+    "/store-*",
+    "/models",
     "**/__pycache__",
     "*.pyc",
     ".pytest_cache",
     ".ruff_cache",
     ".hypothesis",
-    "reports/out",
+    "/reports/out",
     "*.egg-info",
-    "build",
-    "report.html",
+    "/build",
+    "/report.html",
 ]
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
@@ -169,13 +172,49 @@ def check_data(data: str | None, root: Path | None) -> None:
 
     if not data or root is None or remote.is_uri(data) or Path(data).is_absolute():
         return
-    local = data.startswith(".") or Path(data).suffix.lower() in FILE_SUFFIXES or (root / data).exists()
+    # a folder ("incoming/": no Hub id ends in a slash), a file by its suffix, or what is there here
+    local = data.startswith(".") or data.endswith("/") or Path(data).suffix.lower() in FILE_SUFFIXES
+    local = local or (root / data).exists()
     if local and not (root / data).resolve().is_relative_to(root):
         raise SubmitError(
             f"data {data!r} is a relative path that leads out of the working directory shipped to the "
             f"cluster ({str(root)!r}), so the job would not find it; give an absolute path on the cluster or "
             "an object-store URI (--set data=/mnt/data/imdb/train.parquet)"
         )
+    left_out = left_out_by(root, (root / data).resolve().relative_to(root)) if local else None
+    if left_out:  # jobs/nightly.yaml's incoming/: .gitignore keeps it out of the upload
+        raise SubmitError(
+            f"data {data!r} is left out of the working directory shipped to the cluster ({left_out}), so the "
+            "job would not find it; give an absolute path on the cluster or an object-store URI "
+            "(--set data=/PATH/ON/THE/CLUSTER)"
+        )
+
+
+def left_out_by(root: Path, relative: Path) -> str | None:
+    """What leaves ``relative`` (a file, or a folder and what it holds) out of Ray's upload of
+    ``root`` as the working directory: ``EXCLUDES``, or the .gitignore or .rayignore of ``root``,
+    which Ray reads too (matched with Ray's own matcher, as the upload matches them); None when
+    the upload takes it."""
+    try:  # Ray's own matcher (private: a Ray without it uploads as it does, unchecked here)
+        from ray._private.ray_constants import RAY_RUNTIME_ENV_IGNORE_GITIGNORE
+        from ray._private.runtime_env.packaging import _get_excludes, _get_ignore_file
+    except ImportError:
+        return None
+
+    gitignore = os.environ.get(RAY_RUNTIME_ENV_IGNORE_GITIGNORE, "0") != "1"
+    rules = {"EXCLUDES of xai_ray/ops/submit.py": _get_excludes(root, EXCLUDES)}
+    for name in (".gitignore", ".rayignore") if gitignore else (".rayignore",):
+        rule = _get_ignore_file(root, name)
+        if rule is not None:
+            rules[f"its {name}"] = rule
+    path = root / relative
+    # the folder itself and each folder above it, and a file inside (a rule for "incoming/" is one)
+    candidates = [path, *(root / p for p in relative.parents if p != Path("."))]
+    candidates += [path / "file"] if path.is_dir() or not path.suffix else []
+    for what, rule in rules.items():
+        if any(rule(candidate) for candidate in candidates):
+            return what
+    return None
 
 
 def entrypoint(kind: str, config_rel: str, sets: list[str] | None, date: str | None) -> str:
