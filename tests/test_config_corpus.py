@@ -125,6 +125,8 @@ def test_missing_columns_and_files_are_one_sentence(tmp_path):
         read_corpus(str(source))
     with pytest.raises(CorpusError, match="does not exist"):
         read_corpus(str(tmp_path / "missing.parquet"))
+    with pytest.raises(CorpusError, match="data path 'incoming/' does not exist"):  # not a Hub dataset id
+        read_corpus("incoming/")
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not really parquet")
     with pytest.raises(CorpusError, match="cannot be read"):

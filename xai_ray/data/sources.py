@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import os
 import re
 import tarfile
 from dataclasses import dataclass, replace
@@ -71,7 +72,8 @@ def plan(source, split="test", text_column="text", label_column="label", id_colu
         if name.endswith((".parquet", ".csv", ".jsonl", ".json")):
             return _file_plan(args, [path])
         raise CorpusError(f"cannot read {source!r}: use .parquet, .csv, .jsonl, an aclImdb folder or .tar.gz")
-    if source.startswith((".", "/", "~")) or source.endswith((".parquet", ".csv", ".jsonl", ".gz")):
+    # a path by its look (no Hub id ends in a slash: ``incoming/`` is a folder that is not there)
+    if source.startswith((".", "/", "~")) or source.endswith((".parquet", ".csv", ".jsonl", ".gz", "/", os.sep)):
         raise CorpusError(f"data path {source!r} does not exist")
     return _hub_plan(args)
 
