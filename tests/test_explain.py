@@ -303,3 +303,14 @@ def test_a_very_long_word_wraps_inside_its_column(tiny_bert_dir, tmp_path, chrom
         found[name] = re.search(r'<body[^>]*data-wide="(\d+)" data-width="(\d+)"', dom.stdout).groups()
     assert found["long"][0] == "0", found  # no column or strip wider than its box
     assert found["long"][1] == found["short"][1], found  # nor the page wider for it
+
+
+def test_a_stored_reviews_true_label_is_named_by_its_runs_classes(tiny_model_factory, tmp_path):
+    """Explained with another model, a 3-class run's "neutral" (class 1) was named by that model's
+    classes: "positive" by a 2-class model's."""
+    store = _stored_run(tmp_path, tiny_model_factory(FAMILY, classes=3), "head", "three")  # label 1: neutral
+    out = tmp_path / "page.html"
+    argv = ["explain", "--store", str(store), "--run", "three", "--doc-id", "h", "--out", str(out)]
+    for other in ([], ["--model", tiny_model_factory(FAMILY)]):  # its own model, then a 2-class one
+        assert cli.main([*argv, *other]) == 0
+        assert "<th>True label</th><td>neutral</td>" in out.read_text()

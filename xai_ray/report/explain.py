@@ -48,11 +48,13 @@ def explain_text(
     source: str = "",
     store: str | Path | None = None,
     fingerprint: str | None = None,
+    true_label: str | None = None,
 ) -> Path:
     """Score ``text`` with ``model`` and write its explorer page to ``out``; returns the path.
-    ``store``: the store the review came from, whose data files ``out`` may not name."""
+    ``store``: the store the review came from, whose data files ``out`` may not name;
+    ``true_label``: ``label`` as its run names it (another model's names are not its)."""
     check_target(out, store=store)  # before the model loads: a folder, a device, a link or a store file fails at once
-    page, _ = explain_page(text, model, max_length, methods, options, doc_id, label, source, fingerprint)
+    page, _ = explain_page(text, model, max_length, methods, options, doc_id, label, source, fingerprint, true_label)
     return write_page(out, page)
 
 
@@ -66,6 +68,7 @@ def explain_page(
     label: int | None = None,
     source: str = "",
     fingerprint: str | None = None,
+    true_label: str | None = None,
 ) -> tuple[str, dict]:
     """The explorer page of ``text`` as one HTML string, and the scorer's row it shows.
     ``fingerprint``: the weights the page must be scored with (a stored run's), else refused."""
@@ -99,7 +102,7 @@ def explain_page(
             "with --model to explain with it on purpose"
         )
     attention, statistics = per_head_attention(scorer, text, row["tokens"])
-    return build_page(row, attention, statistics, scorer.info, list(methods), source), row
+    return build_page(row, attention, statistics, scorer.info, list(methods), source, true_label), row
 
 
 def page_options(cfg: RunConfig) -> dict:
@@ -158,6 +161,9 @@ def explain_stored(
             "from words where doc_id = '...'\")"
         )
     label = None if pd.isna(doc.label) else int(doc.label)
+    # the stored label is a class of the run's model: named by it, whoever scores the page
+    run_classes = manifest.get("model", {}).get("labels") or {}
+    true_label = None if label is None else str(run_classes.get(str(label), label))
     # what was asked beside the run's own settings: the page says so (it claimed to show the run's scores)
     changed = [
         f"{name} {given} (the run's: {own})"
@@ -181,6 +187,7 @@ def explain_stored(
         source=source,
         store=store,
         fingerprint=fingerprint,
+        true_label=true_label,
     )
 
 
@@ -262,7 +269,13 @@ def _scores_frame(row: dict, methods: list[str]) -> pd.DataFrame:
 
 
 def build_page(
-    row: dict, attention: np.ndarray, statistics: np.ndarray, info: dict, methods: list[str], source: str = ""
+    row: dict,
+    attention: np.ndarray,
+    statistics: np.ndarray,
+    info: dict,
+    methods: list[str],
+    source: str = "",
+    true_label: str | None = None,
 ) -> str:
     import vl_convert
 
@@ -306,7 +319,7 @@ def build_page(
         ("Model", info.get("name")),
         ("Fingerprint", (info.get("fingerprint") or "")[:16]),
         ("Predicted", f"{labels.get(row['pred'], row['pred'])} ({number(max(probs), '.3f')})"),
-        ("True label", "n/a" if row["label"] is None else labels.get(row["label"], row["label"])),
+        ("True label", true_label or ("n/a" if row["label"] is None else labels.get(row["label"], row["label"]))),
         ("Tokens", f"{row['n_tokens']}{' (truncated)' if row['truncated'] else ''}"),
         ("Layers x heads", f"{n_layers} x {n_heads}"),
         ("Source", source or "text given on the command line"),
