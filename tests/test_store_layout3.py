@@ -296,3 +296,16 @@ def test_run_ids_that_look_like_numbers_stay_text_in_every_slice(tmp_path, run_i
         assert typed == [("VARCHAR", run_id) for run_id in sorted(run_ids)]
         rows = f"select * exclude (run_id) from {view} where run_id = ? order by all"
         assert con.execute(rows, [run_ids[0]]).fetchall() == con.execute(rows, [run_ids[-1]]).fetchall() != []
+
+
+def test_topk_by_label_of_a_run_that_scored_nothing_says_so(tmp_path):
+    """It said the run's corpus had no label column: every row of it had a label, and failed."""
+    from xai_ray.query.connection import QueryError
+    from xai_ray.query.top_words import topk
+
+    failed = RunWriter(tmp_path, "failed", ["raw"], layout=3)
+    failed.write_errors(["x", "y"], "read", ["label 'joy' is not a class number"] * 2)
+    failed.publish({"created_at": "2", "config": {"methods": ["raw"]}, "model": {"n_layers": 2}})
+    for by in ("label", "correct"):
+        with pytest.raises(QueryError, match=f"run 'failed' scored no document .*, so --by {by} has no groups"):
+            topk(open_store(tmp_path), "failed", "raw", 2, 10, by=by)

@@ -38,11 +38,14 @@ def topk(
     if by not in ("all", "label", "pred", "correct"):
         raise QueryError(f"--by must be all, label, pred or correct; got {by!r}")
     params = settle(con, run_id, method, layer, k, min_count, stat=stat, min_docs=min_docs, exclude=exclude)
-    if by in ("label", "correct") and not _has_labels(con, params["run_id"]):  # one NULL group, without a word
-        raise QueryError(
-            f"run {params['run_id']!r} has no labels (its corpus had no label column), so --by {by} has no groups; "
-            "use --by pred or --by all"
+    docs, labelled = _labelled(con, params["run_id"])
+    if by in ("label", "correct") and not labelled:  # one NULL group, without a word
+        why = (
+            "scored no document (every row of its corpus is in the errors view)"
+            if not docs
+            else "has no labels (its corpus had no label column)"
         )
+        raise QueryError(f"run {params['run_id']!r} {why}, so --by {by} has no groups; use --by pred or --by all")
     if by in ("all", "pred") and has_word_totals(con, params["run_id"]):  # kept by the run's aggregate stage
         return wordstats.add_interval(run_named(con, "topk_totals", by=by, **params))
     if by == "all":
@@ -50,9 +53,11 @@ def topk(
     return wordstats.add_interval(run_named(con, "topk_grouped", by=by, **params))
 
 
-def _has_labels(con, run_id: str) -> bool:
-    found = con.execute("select count(label) from docs where run_id = $run_id", {"run_id": run_id}).fetchone()
-    return bool(found and found[0])
+def _labelled(con, run_id: str) -> tuple[int, int]:
+    """(documents, documents with a label) of the run."""
+    found = con.execute("select count(*), count(label) from docs where run_id = $run_id", {"run_id": run_id})
+    docs, labelled = found.fetchone()
+    return int(docs), int(labelled)
 
 
 def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude) -> dict:
