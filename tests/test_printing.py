@@ -197,3 +197,26 @@ def test_a_log_line_keeps_its_line_breaks_and_escapes_the_rest():
 
     record = logging.LogRecord("xai_ray", logging.WARNING, __file__, 1, "class %s\nnext\rline", (ESCAPES,), None)
     assert VisibleFormatter("%(message)s").format(record) == "class \\x1b]0;OWNED\\x07\\x1b[2J\nnext\\rline"
+
+
+def test_values_whose_arrow_form_is_not_their_value_travel_as_duckdbs_text():
+    """UHUGEINT's largest printed as -1, BIT as its bytes, TIMETZ without its offset: each column
+    holding them comes as DuckDB's text, in its place and under its name; HUGEINT stays a number."""
+    import duckdb
+
+    from xai_ray.query.user_sql import stream_arrow
+
+    query = (
+        "select 340282366920938463463374607431768211455::uhugeint as v, '101'::bit as b, "
+        "'12:00:00+05'::timetz as t, ['1'::bit] as l, sum(3) as s, 1 as v"
+    )
+    (batch,) = stream_arrow(duckdb.connect(), query)
+    assert batch.schema.names == ["v", "b", "t", "l", "s", "v"]
+    assert batch.to_pylist()[0] == {
+        "v": 1,  # to_pylist keeps the last of two columns of one name
+        "b": "101",
+        "t": "12:00:00+05",
+        "l": "[1]",
+        "s": decimal.Decimal(3),
+    }
+    assert batch.column(0).to_pylist() == ["340282366920938463463374607431768211455"]

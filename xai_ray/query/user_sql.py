@@ -6,6 +6,7 @@ child process under a memory cap."""
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterator
 
@@ -66,11 +67,34 @@ def stream_arrow(con, text: str, params=None, timeout_s: float | None = None, ba
             relation = con.sql(statements[-1].query, params=params)
             if relation is None:
                 raise QueryError("the statement returned no rows to print")
-            reader = relation.to_arrow_reader(batch_rows)
+            reader = as_text_where_arrow_differs(relation).to_arrow_reader(batch_rows)
             yield from batches_or_empty(reader)
     finally:
         if reader is not None:
             reader.close()
+
+
+# DuckDB types whose Arrow form is not their value: UHUGEINT's largest read back as -1, BIT as its
+# bytes, TIMETZ without its offset. Such a column (or one holding them: a list of BIT) travels as
+# DuckDB's text of it. HUGEINT (what sum() of integers gives) stays a number.
+ARROW_DIFFERS = re.compile(r"\b(UHUGEINT|BIT|TIME WITH TIME ZONE)\b")
+
+
+def as_text_where_arrow_differs(relation):
+    """``relation`` with each column of a type in ``ARROW_DIFFERS`` cast to VARCHAR, in place and under
+    its own name (positions, not names: a result may name two columns alike)."""
+    types = [str(t) for t in relation.types]
+    if not any(ARROW_DIFFERS.search(t) for t in types):
+        return relation
+    columns = [
+        f"#{i}{'::VARCHAR' if ARROW_DIFFERS.search(t) else ''} AS {_quoted(name)}"
+        for i, (name, t) in enumerate(zip(relation.columns, types), start=1)
+    ]
+    return relation.project(", ".join(columns))
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def batches_or_empty(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
