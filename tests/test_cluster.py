@@ -310,7 +310,19 @@ def test_xai_ray_submit_streams_logs_and_exits_with_the_jobs_status(head, job_in
     )
     assert failing.returncode == 1, failing.stdout[-3000:]
     assert "data path '/nonexistent.parquet' does not exist" in failing.stdout
-    assert re.search(r"job raysubmit_\w+: FAILED", failing.stdout)
+    # Ray's reason without its dangling "last available logs (truncated to 20,000 chars):"
+    assert re.search(
+        r"job raysubmit_\w+: FAILED \(Job entrypoint command failed with exit code 2; its log is above\)",
+        failing.stdout,
+    )
+    # the night's id again, for another job (another model): it was "already submitted", and never ran
+    taken = _submit(head, "jobs/nightly.yaml", *sets, "--set", "max_length=48", "--date", night)
+    assert taken.returncode == 2, taken.stdout[-3000:] + taken.stderr[-3000:]
+    assert (
+        f"submission id 'xai-ray-nightly-{night}-{digest}' is another job's (SUCCEEDED: python -m jobs.nightly"
+        in taken.stderr
+    )
+    assert "was already submitted" not in taken.stdout
 
 
 def test_submit_refuses_outputs_that_would_vanish_with_the_job(tmp_path, capsys):

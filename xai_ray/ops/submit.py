@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import shlex
 import sys
 import time
@@ -69,7 +70,7 @@ def submit(
         submission_id = submission_id or night_id(date, nightly_store(path, sets))
     command = entrypoint(kind, path.relative_to(root).as_posix(), sets, date if kind == "nightly" else None)
     client = connect(address)
-    found = _exists(client, submission_id) if submission_id else None
+    found = _exists(client, submission_id, command, kind) if submission_id else None
     if found:
         return 0 if found in LIVE else 1  # a night that failed is said again in the exit status
     runtime_env = {"working_dir": str(root), "excludes": EXCLUDES, "env_vars": {"PYTHONUNBUFFERED": "1"}}
@@ -82,7 +83,7 @@ def submit(
         )
     except RuntimeError as err:
         if submission_id and "already exists" in str(err):  # lost a race with another submitter
-            return 0 if _exists(client, submission_id) in LIVE else 1
+            return 0 if _exists(client, submission_id, command, kind) in LIVE else 1
         raise SubmitError(f"the cluster refused the job: {str(err).splitlines()[0]}") from None
     print(f"submitted {kind} job {job} to {address}: {command}", flush=True)
     if not wait:
@@ -288,8 +289,9 @@ def nightly_store(path: Path, sets: list[str] | None) -> str:
     return store.rstrip("/") if remote.is_uri(store) else os.path.normpath(store)
 
 
-def _exists(client, submission_id: str) -> str | None:
-    """The status of the job already submitted under ``submission_id`` (said on stdout), or None."""
+def _exists(client, submission_id: str, command: str, kind: str) -> str | None:
+    """The status of the job already submitted under ``submission_id`` (said on stdout), or None. A
+    job of another command under that id is refused: it was said to be this one, and this one never ran."""
     try:
         info = client.get_job_info(submission_id)
     except RuntimeError as err:
@@ -297,7 +299,13 @@ def _exists(client, submission_id: str) -> str | None:
             return None
         raise SubmitError(f"cannot look up job {submission_id!r}: {str(err).splitlines()[0]}") from None
     status = str(getattr(info.status, "value", info.status))
-    retry = "" if status in LIVE else f"; to run it again tonight, pass --submission-id {submission_id}-2"
+    if info.entrypoint is not None and info.entrypoint != command:
+        raise SubmitError(
+            f"submission id {submission_id!r} is another job's ({status}: {info.entrypoint}); nothing was "
+            "submitted: give this one another --submission-id"
+        )
+    when = " tonight" if kind == "nightly" else ""
+    retry = "" if status in LIVE else f"; to run it again{when}, pass --submission-id {submission_id}-2"
     print(f"job {submission_id} was already submitted ({status}): nothing submitted{retry}", flush=True)
     return status
 
@@ -315,6 +323,8 @@ def follow(client, job: str) -> int:
         time.sleep(2)
     info = client.get_job_info(job)
     reason = (info.message or "").splitlines()[0] if status != "SUCCEEDED" and info.message else ""
+    # Ray's message ends in ", last available logs (truncated to 20,000 chars):": they were streamed above
+    reason = re.sub(r",? ?last available logs.*$", "; its log is above", reason) if reason else ""
     print(f"job {job}: {status}" + (f" ({reason})" if reason else ""), flush=True)
     return 0 if status == "SUCCEEDED" else 1
 
