@@ -373,3 +373,18 @@ def test_submit_refuses_outputs_that_would_vanish_with_the_job(tmp_path, capsys)
         == 2
     )
     assert "cannot reach the Ray Jobs API" in capsys.readouterr().err
+
+
+def test_a_store_inside_the_working_directory_is_not_uploaded_with_the_code(tmp_path):
+    """A job's store at ROOT/out/mystore (no folder name EXCLUDES knows) went up with every job."""
+    from ray._private.runtime_env.packaging import _get_excludes
+
+    from xai_ray.ops.submit import EXCLUDES, own_store
+
+    config = ROOT / "jobs" / "nightly.yaml"
+    inside = own_store(ROOT, config, [f"store={ROOT / 'out' / 'mystore'}"], "nightly")
+    assert inside == ["/out/mystore"]
+    left_out = _get_excludes(ROOT, EXCLUDES + inside)
+    assert left_out(ROOT / "out" / "mystore" / "runs" / "x.parquet") and not left_out(ROOT / "out" / "notes.txt")
+    assert own_store(ROOT, config, [f"store={tmp_path}"], "nightly") == []  # elsewhere: nothing to leave out
+    assert own_store(ROOT, config, ["store=s3://bucket/x"], "nightly") == []

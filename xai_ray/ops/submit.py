@@ -73,7 +73,8 @@ def submit(
     found = _exists(client, submission_id, command, kind) if submission_id else None
     if found:
         return 0 if found in LIVE else 1  # a night that failed is said again in the exit status
-    runtime_env = {"working_dir": str(root), "excludes": EXCLUDES, "env_vars": {"PYTHONUNBUFFERED": "1"}}
+    excludes = EXCLUDES + own_store(root, path, sets, kind)
+    runtime_env = {"working_dir": str(root), "excludes": excludes, "env_vars": {"PYTHONUNBUFFERED": "1"}}
     try:
         job = client.submit_job(
             entrypoint=command,
@@ -89,6 +90,26 @@ def submit(
     if not wait:
         return 0
     return follow(client, job)
+
+
+def own_store(root: Path, path: Path, sets: list[str] | None, kind: str) -> list[str]:
+    """The job's store (or a finetune's ``out``) as an exclude when it lies inside the working
+    directory under another name than ``EXCLUDES`` knows (``out/mystore``): its files were uploaded
+    with the code, every run of it."""
+    if kind == "finetune":
+        from xai_ray.train.settings import resolve as resolve_finetune
+
+        target = resolve_finetune(path, None, sets).out
+    else:
+        from xai_ray import config
+
+        target = config.resolve(path, None, sets).store
+    from xai_ray.store import remote
+
+    if remote.is_uri(target) or not Path(target).is_absolute():
+        return []
+    found = Path(target).resolve()
+    return ["/" + found.relative_to(root).as_posix()] if found.is_relative_to(root) and found != root else []
 
 
 def check_submission(
