@@ -21,9 +21,9 @@ LAYERS = [
     ["data", "model", "store"],
     ["config_help"],  # what each run key means, by section (help-config, the reference page)
     ["config", "runtime"],
-    # progress bars and log routing; sub-token -> word alignment; typed config keys; a trimmed local Ray head;
-    # what a terminal is shown of data
-    ["progress", "words", "keys", "local_ray", "terminal"],
+    # progress bars and log routing; sub-token -> word alignment; typed config keys; a trimmed local Ray head
+    ["progress", "words", "keys", "local_ray"],
+    ["terminal"],  # what a terminal is shown of data (progress's log lines too)
     ["methods"],
 ]
 RANK = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}

@@ -38,7 +38,7 @@ def topk(
     if by not in ("all", "label", "pred", "correct"):
         raise QueryError(f"--by must be all, label, pred or correct; got {by!r}")
     params = settle(con, run_id, method, layer, k, min_count, stat=stat, min_docs=min_docs, exclude=exclude)
-    docs, labelled = _labelled(con, params["run_id"])
+    docs, labelled = _labelled(con, params["run_id"]) if by in ("label", "correct") else (None, None)
     if by in ("label", "correct") and not labelled:  # one NULL group, without a word
         why = (
             "scored no document (every row of its corpus is in the errors view)"
@@ -55,9 +55,8 @@ def topk(
 
 def _labelled(con, run_id: str) -> tuple[int, int]:
     """(documents, documents with a label) of the run."""
-    found = con.execute("select count(*), count(label) from docs where run_id = $run_id", {"run_id": run_id})
-    docs, labelled = found.fetchone()
-    return int(docs), int(labelled)
+    found = con.execute("select count(*), count(label) from docs where run_id = $run_id", {"run_id": run_id}).df()
+    return int(found.iloc[0, 0]), int(found.iloc[0, 1])  # .df(): a notebook's guarded reader has no fetchone
 
 
 def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude) -> dict:
