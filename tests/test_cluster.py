@@ -24,7 +24,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from xai_ray.ops.submit import EXCLUDES, entrypoint
+from xai_ray.ops.submit import entrypoint
+from xai_ray.ops.upload import EXCLUDES
 from xai_ray.query.connection import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,14 +75,14 @@ def test_the_upload_and_the_sync_take_every_file_of_the_package():
     editable found the package anyway). Stores, models, secrets and the nightly's incoming/ stay out."""
     import fnmatch
 
-    from xai_ray.ops.submit import left_out_by
+    from xai_ray.ops.upload import left_out_by
 
     code = [p.relative_to(ROOT) for d in ("xai_ray", "jobs") for p in (ROOT / d).rglob("*.py")]
     code = [p for p in code if "__pycache__" not in p.parts] + [Path("pyproject.toml"), Path("cluster.yaml")]
     assert Path("xai_ray/store/writer.py") in code
     assert [str(p) for p in code if left_out_by(ROOT, p)] == []
     for kept_out in ("store/runs/x", "store-nightly/x", "models/m/config.json", ".env", ".venv/bin/python"):
-        assert left_out_by(ROOT, Path(kept_out)) == "EXCLUDES of xai_ray/ops/submit.py", kept_out
+        assert left_out_by(ROOT, Path(kept_out)) == "EXCLUDES of xai_ray/ops/upload.py", kept_out
     assert left_out_by(ROOT, Path("incoming")) == "its .gitignore"
     names = {part for p in code for part in p.parts}  # rsync's "**/NAME" leaves out each folder so named
     for pattern in CLUSTER["rsync_exclude"]:
@@ -379,7 +380,7 @@ def test_a_store_inside_the_working_directory_is_not_uploaded_with_the_code(tmp_
     """A job's store at ROOT/out/mystore (no folder name EXCLUDES knows) went up with every job."""
     from ray._private.runtime_env.packaging import _get_excludes
 
-    from xai_ray.ops.submit import EXCLUDES, own_store
+    from xai_ray.ops.upload import EXCLUDES, own_store
 
     config = ROOT / "jobs" / "nightly.yaml"
     inside = own_store(ROOT, config, [f"store={ROOT / 'out' / 'mystore'}"], "nightly")
