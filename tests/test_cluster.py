@@ -316,13 +316,11 @@ def test_xai_ray_submit_streams_logs_and_exits_with_the_jobs_status(head, job_in
         r"job raysubmit_\w+: FAILED \(Job entrypoint command failed with exit code 2; its log is above\)",
         failing.stdout,
     )
-    # the night's id again, for another job (another model): it was "already submitted", and never ran
-    taken = _submit(head, "jobs/nightly.yaml", *sets, "--set", "max_length=48", "--date", night)
+    # an id given again for another command's job: it was "already submitted", and this one never ran
+    failed_id = re.search(r"job (raysubmit_\w+): FAILED", failing.stdout).group(1)
+    taken = _submit(head, "jobs/nightly.yaml", *sets, "--submission-id", failed_id)
     assert taken.returncode == 2, taken.stdout[-3000:] + taken.stderr[-3000:]
-    assert (
-        f"submission id 'xai-ray-nightly-{night}-{digest}' is another job's (SUCCEEDED: python -m jobs.nightly"
-        in taken.stderr
-    )
+    assert f"submission id {failed_id!r} is another job's (FAILED: python -m jobs.analyze" in taken.stderr
     assert "was already submitted" not in taken.stdout
 
 
@@ -387,5 +385,27 @@ def test_a_store_inside_the_working_directory_is_not_uploaded_with_the_code(tmp_
     assert inside == ["/out/mystore"]
     left_out = _get_excludes(ROOT, EXCLUDES + inside)
     assert left_out(ROOT / "out" / "mystore" / "runs" / "x.parquet") and not left_out(ROOT / "out" / "notes.txt")
+    odd = own_store(ROOT, config, [f"store={ROOT / 'out' / 'my[1]*store'}"], "nightly")  # a pattern's characters
+    assert _get_excludes(ROOT, odd)(ROOT / "out" / "my[1]*store" / "x") and not _get_excludes(ROOT, odd)(
+        ROOT / "out" / "my1xstore"
+    )
     assert own_store(ROOT, config, [f"store={tmp_path}"], "nightly") == []  # elsewhere: nothing to leave out
     assert own_store(ROOT, config, ["store=s3://bucket/x"], "nightly") == []
+
+
+def test_data_that_a_folders_own_ignore_file_leaves_out_is_refused(tmp_path):
+    """Ray reads the .gitignore of every folder it walks: data/.gitignore's "*" kept data/train.csv
+    out of the upload while the check, reading the repository's own only, let it through."""
+    from xai_ray.ops.submit import SubmitError, check_data
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / ".gitignore").write_text("*\n!.gitignore\n")
+    (tmp_path / "data" / "train.csv").write_text("id,text\n")
+    (tmp_path / "feeds").mkdir()
+    (tmp_path / "feeds" / "x.csv").write_text("id,text\n")
+    (tmp_path / ".gitignore").write_text("/incoming/\n")
+    (tmp_path / "incoming").symlink_to(tmp_path / "feeds")  # the name Ray matches, not where it leads
+    for data, rule in (("data/train.csv", "data/.gitignore"), ("incoming/x.csv", "its .gitignore")):
+        with pytest.raises(SubmitError, match=f"data {data!r} is left out .* \\({rule}\\)"):
+            check_data(data, tmp_path)
+    check_data("feeds/x.csv", tmp_path)  # taken: nothing said

@@ -228,3 +228,18 @@ def test_a_csv_with_two_columns_of_one_name_says_which_one_is_read(tmp_path, cap
         assert read_corpus(str(source)).text.tolist() == ["first text", "c"]
     assert f"{str(source)!r} has columns of one name: 'text' again as 'text.1'" in caplog.text
     assert read_corpus(str(source), text_column="text.1").text.tolist() == ["second text", "d"]
+
+
+def test_an_aclimdb_folder_read_without_labels_stays_unlabelled(tmp_path):
+    """Its folder's name came back as the label under --set label_column=none (and, for a model
+    whose classes neither folder names, every review was refused, asking for that very option)."""
+    from xai_ray.data.screening import screen
+
+    for name, text in _aclimdb_files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    corpus = read_corpus(str(tmp_path / "aclImdb"), split="train", label_column="none")
+    for classes in ({0: "negative", 1: "positive"}, {0: "bad", 1: "good"}):
+        kept, rejected = screen(corpus, classes)
+        assert rejected.empty and sorted(kept.doc_id) == ["train_neg_3", "train_pos_7"]
+        assert kept.label.isna().all()

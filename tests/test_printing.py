@@ -208,15 +208,16 @@ def test_values_whose_arrow_form_is_not_their_value_travel_as_duckdbs_text():
 
     query = (
         "select 340282366920938463463374607431768211455::uhugeint as v, '101'::bit as b, "
-        "'12:00:00+05'::timetz as t, ['1'::bit] as l, sum(3) as s, 1 as v"
+        "'12:00:00+05'::timetz as t, ['1'::bit] as l, sum(3) as s, 1 as v, {'BIT': 1} as f"
     )
     (batch,) = stream_arrow(duckdb.connect(), query)
-    assert batch.schema.names == ["v", "b", "t", "l", "s", "v"]
+    assert batch.schema.names == ["v", "b", "t", "l", "s", "v", "f"]
     assert batch.to_pylist()[0] == {
         "v": 1,  # to_pylist keeps the last of two columns of one name
         "b": "101",
         "t": "12:00:00+05",
         "l": "[1]",
         "s": decimal.Decimal(3),
+        "f": {"BIT": 1},  # a field called BIT is no BIT: the struct stays a struct
     }
     assert batch.column(0).to_pylist() == ["340282366920938463463374607431768211455"]

@@ -269,7 +269,7 @@ def standardise(frame: pd.DataFrame, source: SourcePlan, piece: Piece, start: in
             if written is not None and problems[i] is None:
                 problems[i] = fields.not_a_number(written)
                 names[i] = written  # maybe a class name: screening knows the model's
-    if "__label_name" in frame:  # an aclImdb review: its folder (pos, neg) names its class
+    if "__label_name" in frame and source.label_column in frame.columns:  # aclImdb: its folder names its class
         names = [n if n is not None else folder for n, folder in zip(names, frame["__label_name"])]
     names, problems = _storable(names, problems, "label")
     texts = []

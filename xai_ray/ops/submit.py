@@ -44,6 +44,7 @@ def submit(
     wait: bool = True,
 ) -> int:
     root, path, kind = check_submission(config, kind, sets, working_dir, address)
+    given = submission_id  # the user's own id: one command's; a night's id is its store's, however spelled
     if kind == "nightly":
         from xai_ray.ops.nightly import parse_date
 
@@ -51,7 +52,7 @@ def submit(
         submission_id = submission_id or night_id(date, nightly_store(path, sets))
     command = entrypoint(kind, path.relative_to(root).as_posix(), sets, date if kind == "nightly" else None)
     client = connect(address)
-    found = _exists(client, submission_id, command, kind) if submission_id else None
+    found = _exists(client, submission_id, command if given else None, kind) if submission_id else None
     if found:
         return 0 if found in LIVE else 1  # a night that failed is said again in the exit status
     excludes = EXCLUDES + own_store(root, path, sets, kind)
@@ -65,7 +66,7 @@ def submit(
         )
     except RuntimeError as err:
         if submission_id and "already exists" in str(err):  # lost a race with another submitter
-            return 0 if _exists(client, submission_id, command, kind) in LIVE else 1
+            return 0 if _exists(client, submission_id, command if given else None, kind) in LIVE else 1
         raise SubmitError(f"the cluster refused the job: {str(err).splitlines()[0]}") from None
     print(f"submitted {kind} job {job} to {address}: {command}", flush=True)
     if not wait:
@@ -164,7 +165,7 @@ def check_data(data: str | None, root: Path | None) -> None:
             f"cluster ({str(root)!r}), so the job would not find it; give an absolute path on the cluster or "
             "an object-store URI (--set data=/mnt/data/imdb/train.parquet)"
         )
-    left_out = left_out_by(root, (root / data).resolve().relative_to(root)) if local else None
+    left_out = left_out_by(root, Path(os.path.normpath(data))) if local else None  # as written: links too
     if left_out:  # jobs/nightly.yaml's incoming/: .gitignore keeps it out of the upload
         raise SubmitError(
             f"data {data!r} is left out of the working directory shipped to the cluster ({left_out}), so the "
@@ -244,9 +245,10 @@ def nightly_store(path: Path, sets: list[str] | None) -> str:
     return store.rstrip("/") if remote.is_uri(store) else os.path.normpath(store)
 
 
-def _exists(client, submission_id: str, command: str, kind: str) -> str | None:
-    """The status of the job already submitted under ``submission_id`` (said on stdout), or None. A
-    job of another command under that id is refused: it was said to be this one, and this one never ran."""
+def _exists(client, submission_id: str, command: str | None, kind: str) -> str | None:
+    """The status of the job already submitted under ``submission_id`` (said on stdout), or None.
+    ``command``: an id the user gave is this command's; a job of another command under it is
+    refused (it was said to be this one, and this one never ran)."""
     try:
         info = client.get_job_info(submission_id)
     except RuntimeError as err:
@@ -254,7 +256,7 @@ def _exists(client, submission_id: str, command: str, kind: str) -> str | None:
             return None
         raise SubmitError(f"cannot look up job {submission_id!r}: {str(err).splitlines()[0]}") from None
     status = str(getattr(info.status, "value", info.status))
-    if info.entrypoint is not None and info.entrypoint != command:
+    if command is not None and info.entrypoint is not None and info.entrypoint != command:
         raise SubmitError(
             f"submission id {submission_id!r} is another job's ({status}: {info.entrypoint}); nothing was "
             "submitted: give this one another --submission-id"
@@ -267,6 +269,7 @@ def _exists(client, submission_id: str, command: str, kind: str) -> str | None:
 
 def follow(client, job: str) -> int:
     """Stream the job's logs until it ends; the exit status follows the job's."""
+    streamed = True
     try:
         asyncio.run(_tail(client, job))
     except KeyboardInterrupt:
@@ -274,12 +277,15 @@ def follow(client, job: str) -> int:
         return 130
     except Exception as err:  # the log stream broke: keep polling the status instead
         print(f"log stream closed ({type(err).__name__}); waiting for the job to end", file=sys.stderr)
+        streamed = False
     while (status := str(client.get_job_status(job).value)) not in TERMINAL:
         time.sleep(2)
     info = client.get_job_info(job)
     reason = (info.message or "").splitlines()[0] if status != "SUCCEEDED" and info.message else ""
-    # Ray's message ends in ", last available logs (truncated to 20,000 chars):": they were streamed above
-    reason = re.sub(r",? ?last available logs.*$", "; its log is above", reason) if reason else ""
+    if streamed:  # Ray's message ends in ", last available logs (truncated to 20,000 chars):", shown above
+        reason = re.sub(r",? ?last available logs.*$", "; its log is above", reason)
+    elif info.message:  # the stream broke: Ray's last lines are all there is of the log
+        reason = info.message.strip()
     print(f"job {job}: {status}" + (f" ({reason})" if reason else ""), flush=True)
     return 0 if status == "SUCCEEDED" else 1
 

@@ -9,6 +9,7 @@ job's store out when it lies inside the repository.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 # Never uploaded: environments, VCS data, secrets, stores, models and build leftovers (Ray's own
@@ -51,31 +52,37 @@ def own_store(root: Path, path: Path, sets: list[str] | None, kind: str) -> list
     if remote.is_uri(target) or not Path(target).is_absolute():
         return []
     found = Path(target).resolve()
-    return ["/" + found.relative_to(root).as_posix()] if found.is_relative_to(root) and found != root else []
+    if not found.is_relative_to(root) or found == root:
+        return []
+    # a pattern of that one folder: its name's [, ], *, ? and \ escaped, as .gitignore escapes them
+    return ["/" + re.sub(r"([\[\]*?\\])", r"\\\1", found.relative_to(root).as_posix())]
 
 
 def left_out_by(root: Path, relative: Path) -> str | None:
-    """What leaves ``relative`` (a file, or a folder and what it holds) out of Ray's upload of
-    ``root`` as the working directory: ``EXCLUDES``, or the .gitignore or .rayignore of ``root``,
-    which Ray reads too (matched with Ray's own matcher, as the upload matches them); None when
-    the upload takes it."""
+    """What leaves ``relative`` (a file, or a folder and what it holds, as written: a link is not
+    followed) out of Ray's upload of ``root`` as the working directory: ``EXCLUDES``, or a
+    .gitignore or .rayignore of ``root`` or of a folder on the way, each matched below its folder
+    as Ray's walk matches it (with Ray's own matcher); None when the upload takes it."""
     try:  # Ray's own matcher (private: a Ray without it uploads as it does, unchecked here)
         from ray._private.ray_constants import RAY_RUNTIME_ENV_IGNORE_GITIGNORE
         from ray._private.runtime_env.packaging import _get_excludes, _get_ignore_file
     except ImportError:
         return None
 
-    gitignore = os.environ.get(RAY_RUNTIME_ENV_IGNORE_GITIGNORE, "0") != "1"
-    rules = {"EXCLUDES of xai_ray/ops/upload.py": _get_excludes(root, EXCLUDES)}
-    for name in (".gitignore", ".rayignore") if gitignore else (".rayignore",):
-        rule = _get_ignore_file(root, name)
-        if rule is not None:
-            rules[f"its {name}"] = rule
+    names = (".gitignore", ".rayignore") if os.environ.get(RAY_RUNTIME_ENV_IGNORE_GITIGNORE, "0") != "1" else ()
+    names = names or (".rayignore",)
     path = root / relative
-    # the folder itself and each folder above it, and a file inside (a rule for "incoming/" is one)
-    candidates = [path, *(root / p for p in relative.parents if p != Path("."))]
-    candidates += [path / "file"] if path.is_dir() or not path.suffix else []
-    for what, rule in rules.items():
-        if any(rule(candidate) for candidate in candidates):
+    above = [root / p for p in reversed(relative.parents) if p != Path(".")]  # root/a, root/a/b, ...
+    # each folder on the way, the path, and a file inside it (a rule for "incoming/" is one)
+    candidates = [*above, path, *([path / "file"] if path.is_dir() or not path.suffix else [])]
+    rules = [("EXCLUDES of xai_ray/ops/upload.py", root, _get_excludes(root, EXCLUDES))]
+    for folder in [root, *above, *([path] if path.is_dir() else [])]:
+        for name in names:
+            rule = _get_ignore_file(folder, name)
+            if rule is not None:
+                where = "its" if folder == root else f"{folder.relative_to(root).as_posix()}/"
+                rules.append((f"{where} {name}".replace("/ ", "/"), folder, rule))
+    for what, folder, rule in rules:
+        if any(c != folder and c.is_relative_to(folder) and rule(c) for c in candidates):
             return what
     return None

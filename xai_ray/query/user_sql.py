@@ -6,7 +6,6 @@ child process under a memory cap."""
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 from collections.abc import Iterator
 
@@ -77,18 +76,27 @@ def stream_arrow(con, text: str, params=None, timeout_s: float | None = None, ba
 # DuckDB types whose Arrow form is not their value: UHUGEINT's largest read back as -1, BIT as its
 # bytes, TIMETZ without its offset. Such a column (or one holding them: a list of BIT) travels as
 # DuckDB's text of it. HUGEINT (what sum() of integers gives) stays a number.
-ARROW_DIFFERS = re.compile(r"\b(UHUGEINT|BIT|TIME WITH TIME ZONE)\b")
+ARROW_DIFFERS = frozenset({"uhugeint", "bit", "time with time zone"})
+NESTED = frozenset({"struct", "list", "array", "map", "union"})
+
+
+def arrow_differs(kind) -> bool:
+    """Whether a DuckDB type is, or holds, one of ``ARROW_DIFFERS`` (read from the type, not its
+    text: a struct's field may be called BIT)."""
+    if kind.id in ARROW_DIFFERS:
+        return True
+    return kind.id in NESTED and any(arrow_differs(child) for _, child in kind.children)
 
 
 def as_text_where_arrow_differs(relation):
-    """``relation`` with each column of a type in ``ARROW_DIFFERS`` cast to VARCHAR, in place and under
+    """``relation`` with each column of a type ``arrow_differs`` cast to VARCHAR, in place and under
     its own name (positions, not names: a result may name two columns alike)."""
-    types = [str(t) for t in relation.types]
-    if not any(ARROW_DIFFERS.search(t) for t in types):
+    differs = [arrow_differs(kind) for kind in relation.types]
+    if not any(differs):
         return relation
     columns = [
-        f"#{i}{'::VARCHAR' if ARROW_DIFFERS.search(t) else ''} AS {_quoted(name)}"
-        for i, (name, t) in enumerate(zip(relation.columns, types), start=1)
+        f"#{i}{'::VARCHAR' if cast else ''} AS {_quoted(name)}"
+        for i, (name, cast) in enumerate(zip(relation.columns, differs), start=1)
     ]
     return relation.project(", ".join(columns))
 
