@@ -115,6 +115,7 @@ def _as_text(batches, json: bool = False, keep_types: list | None = None) -> Ite
     import pyarrow as pa
 
     from xai_ray.query.connection import QueryError
+    from xai_ray.query.user_sql import quoted
 
     numbers = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
 
@@ -126,7 +127,7 @@ def _as_text(batches, json: bool = False, keep_types: list | None = None) -> Ite
             keep_types.extend(any(test(field.type) for test in numbers) for field in table.schema)
         con.register("shown", table.rename_columns([f"c{k}" for k in range(len(names))]))
         if json:  # named back here: a column may be called anything, a row alias included
-            fields = ", ".join(f"{_quoted(name)} := c{k}" for k, name in enumerate(_distinct(names)))
+            fields = ", ".join(f"{quoted(name)} := c{k}" for k, name in enumerate(_distinct(names)))
             query = f"select to_json(struct_pack({fields}))::varchar from shown"
         else:
             query = "select " + ", ".join(f"c{k}::varchar" for k in range(len(names))) + " from shown"
@@ -152,7 +153,3 @@ def _distinct(names: list[str]) -> list[str]:
         seen.setdefault(name.lower(), 0)
         out.append(key)
     return out
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

@@ -95,13 +95,14 @@ def as_text_where_arrow_differs(relation):
     if not any(differs):
         return relation
     columns = [
-        f"#{i}{'::VARCHAR' if cast else ''} AS {_quoted(name)}"
+        f"#{i}{'::VARCHAR' if cast else ''} AS {quoted(name)}"
         for i, (name, cast) in enumerate(zip(relation.columns, differs), start=1)
     ]
     return relation.project(", ".join(columns))
 
 
-def _quoted(name: str) -> str:
+def quoted(name: str) -> str:
+    """``name`` as a SQL identifier (a column may be called anything)."""
     return '"' + name.replace('"', '""') + '"'
 
 
