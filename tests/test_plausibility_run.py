@@ -144,6 +144,27 @@ def test_rationales_are_read_as_screening_reads_the_rows(tmp_path):
     assert {k: list(v) for k, v in found.items()} == {"test-0": [1, 0], "test-3": [0, 1]}
 
 
+def test_a_repeated_id_under_a_limit_takes_the_rationale_of_the_row_the_sample_kept(tmp_path):
+    # each id twice: its first row says the first word, its second the last; the sample (pandas'
+    # seeded draw, which --limit documents) keeps some ids' second row only, and screening then
+    # scores that row: its rationale is the one read, not the first row's (a whole-file read's)
+    from xai_ray.config import RunConfig
+    from xai_ray.pipeline.plausibility import read_rationales
+
+    first, second = ("good film here", [1, 0, 0]), ("bad plot here", [0, 0, 1])
+    rows = [(str(i // 2), *(first if i % 2 == 0 else second)) for i in range(40)]
+    frame = pd.DataFrame(rows, columns=["id", "text", "why"])
+    path = tmp_path / "twice.parquet"
+    frame.to_parquet(path)
+    sample = frame.sample(n=12, random_state=3).sort_index()  # the rows --limit 12 --set seed=3 keeps
+    expected = {}
+    for _, row in sample.iterrows():
+        expected.setdefault(row["id"], list(row["why"]))
+    assert any(value == [0, 0, 1] for value in expected.values()), "no id kept by its second row: the check is empty"
+    found = read_rationales(RunConfig(data=str(path), rationales="why", limit=12, seed=3))
+    assert {k: list(v) for k, v in found.items()} == expected
+
+
 def test_a_run_where_no_rationale_can_be_read_has_no_plausibility_rows_and_no_failure():
     words = pd.DataFrame(
         {

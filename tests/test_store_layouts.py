@@ -243,3 +243,65 @@ def test_word_totals_leave_out_a_slice_or_share_the_manifest_lists_but_no_part_h
     exact = wide.drop(columns=list(SUMS)).values.tolist()
     assert exact == by_slice.drop(columns=list(SUMS)).values.tolist()  # the empty slice's frame moves dtypes
     np.testing.assert_allclose(wide[list(SUMS)], by_slice[list(SUMS)], rtol=1e-9)
+
+
+def test_a_run_of_the_first_versions_reads_beside_new_runs_with_null_units(store, tmp_path, capsys):
+    """The first versions wrote layout-1 words without lift, span_id and joined: the views read
+    them as null there (the union of layouts failed on every query, docs' included)."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    copied = tmp_path / "old"
+    shutil.copytree(store, copied)
+    shutil.rmtree(layout.run_dir(copied, "one") / "_parts")  # they had no part records either
+    for path in (layout.run_dir(copied, "one") / "words").rglob("*.parquet"):
+        pq.write_table(pq.read_table(path).drop_columns(["lift", "span_id", "joined"]), path)
+    con = open_store(copied)
+    assert con.execute("select count(distinct run_id) from docs").fetchone() == (3,)
+    units = ("lift", "span_id", "joined")
+    old = rows(con, "words", "one", drop=("run_id", *units))
+    assert old == rows(con, "words", "three", drop=("run_id", *units)) and len(old) > 0
+    held = con.execute(
+        "select count(*), count(lift), count(span_id), count(joined) from words where run_id = 'one'"
+    ).fetchone()
+    assert held == (len(old), 0, 0, 0)
+    assert (
+        main(
+            [
+                "topk",
+                "--store",
+                str(copied),
+                "--run",
+                "one",
+                "--stat",
+                "share",
+                "--k",
+                "3",
+                "--method",
+                "raw",
+                "--layer",
+                "2",
+            ]
+        )
+        == 0
+    )
+    assert "rank" in capsys.readouterr().out
+
+
+def test_a_copied_part_of_a_run_without_records_is_refused_in_layout_3(batches, tmp_path):
+    """Without part records every file under a part's name is read; a copy of a part is caught by
+    the token and word rows the footers count, where the rows' range alone let a small one by."""
+    import shutil
+
+    copied = tmp_path / "copied"
+    whole = batches[1]  # one scorer batch written as two parts with the same slices
+    write(copied, "u", [whole.slice(0, 1), whole.slice(1)], 3, "2026-01-04T00:00:00")
+    run = layout.run_dir(copied, "u")
+    before = rows(open_store(copied), "words", "u")
+    shutil.rmtree(run / "_parts")
+    assert rows(open_store(copied), "words", "u") == before and len(before) > 0
+    parts = sorted((run / "token_scores").glob("part-*.parquet"))
+    shutil.copy(parts[0], run / "token_scores" / "part-9.parquet")
+    with pytest.raises(QueryError, match=r"token_scores files hold \d+ token rows where its manifest's counts give"):
+        open_store(copied).execute("select count(*) from words").fetchall()

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from xai_ray.config import ConfigError, RunConfig
 from xai_ray.data import fields
+from xai_ray.data.corpus import sample_rows
 from xai_ray.data.pieces import column_rows
 from xai_ray.data.sources import piece_columns, plan
 from xai_ray.query.connection import open_store, run_named
@@ -37,8 +38,9 @@ READABLE = ("parquet", "csv", "jsonl", "json")
 
 def read_rationales(cfg: RunConfig) -> dict[str, object]:
     """doc_id -> the rationale as the corpus wrote it (rows without one, an empty cell among them,
-    are left out; of rows repeating an id, the first). Read by the corpus's own reader
-    (``data.pieces.column_rows``): the same rows, and the same ids, as the scored reviews."""
+    are left out; of rows repeating an id, the first of the run's ``limit`` sample, as screening
+    keeps it). Read by the corpus's own reader (``data.pieces.column_rows``): the same rows, and
+    the same ids, as the scored reviews."""
     source = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
     kinds = sorted({p.kind for p in source.pieces} - set(READABLE))
     if kinds:
@@ -48,16 +50,24 @@ def read_rationales(cfg: RunConfig) -> dict[str, object]:
     if not any(cfg.rationales in piece_columns(piece) for piece in source.pieces):
         columns = ", ".join(dict.fromkeys(c for piece in source.pieces for c in piece_columns(piece)))
         raise ConfigError(f"rationales={cfg.rationales!r} is not a column of {cfg.data!r} (columns: {columns})")
-    found: dict[str, object] = {}
-    row = 0
+    rows: list[tuple[str | None, object]] = []  # every row's (id, rationale), in the order pos numbers them
     for piece in source.pieces:
         for written_id, value in column_rows(source, piece, cfg.rationales):
-            doc_id = written_id if written_id is not None or source.has_ids else f"{cfg.split}-{row}"
-            row += 1
-            blank = fields.missing(value) or (isinstance(value, str) and not value.strip())  # a CSV's empty cell
-            if doc_id is not None and not blank:
-                found.setdefault(doc_id, _plain(value))  # a repeated id: the first row's, the one screening keeps
-    return found
+            rows.append((written_id if written_id is not None or source.has_ids else f"{cfg.split}-{len(rows)}", value))
+    kept = range(len(rows))
+    if cfg.limit is not None and cfg.limit < len(rows):  # the run's sample: a repeated id's kept row is in it
+        kept = sample_rows(len(rows), cfg.limit, cfg.seed).tolist()
+    found: dict[str, object] = {}
+    for row in kept:
+        doc_id, value = rows[row]
+        if doc_id is not None and doc_id not in found:  # a repeated id: its first row, the one screening keeps
+            found[doc_id] = value
+    # rows without one, an empty cell among them, are left out (the kept row's, not a later row's)
+    return {doc_id: _plain(v) for doc_id, v in found.items() if not _blank(v)}
+
+
+def _blank(value) -> bool:
+    return fields.missing(value) or (isinstance(value, str) and not value.strip())  # a CSV's empty cell
 
 
 def _plain(value):

@@ -177,13 +177,47 @@ def _check_unrecorded_scores(run: Path, name: str, counts: dict, info: dict) -> 
     for table, (low, high) in ranges.items():
         held = _rows_held(run, info, table)
         if held is not None and not low <= held <= high:
-            raise QueryError(
-                f"run {name!r} has no part records ({PARTS}), so every file under a part's name is read, and its "
-                f"{table} files hold {held} rows where its manifest's counts give {low}"
-                + (f" to {high}" if high != low else "")
-                + f" (a part missing or copied); restore {PARTS} from a copy of the run, or delete it ({run}) "
-                "and run it again"
+            _refuse_unrecorded(
+                run, name, f"{table} files hold {held} rows", f"{low}" + (f" to {high}" if high != low else "")
             )
+    if info["layout"] >= 3:  # the range above lets a copy of a small part by: its token and word rows, exactly
+        for column, expected, what in (("position", tokens, "token"), ("span_id", words, "word")):
+            held = _set_in(run, info, TOKEN_TABLE, column)
+            if held is not None and held != expected:
+                _refuse_unrecorded(run, name, f"{TOKEN_TABLE} files hold {held} {what} rows", f"{expected}")
+
+
+def _refuse_unrecorded(run: Path, name: str, held: str, expected: str) -> None:
+    raise QueryError(
+        f"run {name!r} has no part records ({PARTS}), so every file under a part's name is read, and its "
+        f"{held} where its manifest's counts give {expected} (a part missing or copied); restore {PARTS} "
+        f"from a copy of the run, or delete it ({run}) and run it again"
+    )
+
+
+def _set_in(run: Path, info: dict, table: str, column: str) -> int | None:
+    """The rows of ``table``'s files (those the views read) where ``column`` is set, from the
+    footers' null counts (layout 3 writes them for ``position`` and ``span_id``); None where a
+    footer cannot be read or does not say."""
+    held = 0
+    for file in store_layout.store_files(run, run / table, "*.parquet"):
+        if not recorded(run, info, file):
+            continue
+        try:
+            footer = pq.read_metadata(file)
+        except (OSError, pa.ArrowException):
+            return None
+        names = footer.schema.names
+        if column not in names:
+            return None
+        index = names.index(column)
+        for group in range(footer.num_row_groups):
+            chunk = footer.row_group(group).column(index)
+            stats = chunk.statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            held += chunk.num_values - stats.null_count
+    return held
 
 
 def _foreign_file(run: Path, record: dict, docs: int | None, described) -> tuple[str, str] | None:
