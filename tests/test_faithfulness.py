@@ -579,3 +579,16 @@ def test_faithfulness_section_renders_in_headless_chromium(evaluated_store, tmp_
     board = section.split('<table class="faithfulness leaderboard">')[1].split("</table>")[0]
     for method in ("raw", "rollout", "flow", "input_x_gradient", "random"):
         assert f"<td>{method}" in board
+
+
+@pytest.mark.parametrize(("target", "own_rows"), [("pred", False), (0, True)])
+def test_a_stored_input_x_gradient_is_evaluated_as_itself_when_it_explains_another_class(
+    scorer_factory, target, own_rows
+):
+    """Of the predicted class it is the evaluation's baseline, evaluated once as that; of another
+    class (target 0 here) its stored scores are evaluated at their layer beside the baseline."""
+    scorer = scorer_factory("bert", methods=("input_x_gradient",), evaluate=True, target=target)
+    table = scorer({"doc_id": ["a", "b"], "text": ["a good film", "a bad film"], "label": [1, 0]})
+    rows = [r for faith in table.column("faithfulness").to_pylist() for r in faith or []]
+    layers = {r["layer"] for r in rows if r["method"] == "input_x_gradient"}
+    assert layers == ({None, 2} if own_rows else {None})

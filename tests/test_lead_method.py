@@ -132,3 +132,28 @@ def test_the_documented_fallback_order_is_the_codes():
     )
     assert spelled in re.sub(r"\s+", " ", comment)
     assert spelled in re.sub(r"\s+", " ", (root / "docs" / "sql.md").read_text())
+
+
+def test_a_stored_input_x_gradient_of_another_class_is_ranked_as_itself_not_as_the_baseline():
+    """With target=0 the run's input_x_gradient explains class 0, and the evaluation ranks it at its
+    layer; its baseline of the predicted class (no layer) was taken for it and led the run."""
+    from xai_ray.query.connection import run_named
+
+    rows = (
+        _values("input_x_gradient", None, "comprehensiveness_aopc", [0.40, 0.42])  # the baseline: predicted class
+        + _values("input_x_gradient", 6, "comprehensiveness_aopc", [0.01, 0.02])  # the run's own, class 0
+        + _values("lrp", 6, "comprehensiveness_aopc", [0.05, 0.04])
+        + _values("random", None, "comprehensiveness_aopc", [0.03, 0.03])
+    )
+    method, _ = lead_method(_con(rows), "r", ["input_x_gradient", "lrp"])
+    assert method == "lrp"
+    board = run_named(_con(rows), "report_leaderboard", run_id="r", metric="comprehensiveness_aopc", floor="random")
+    which = {
+        (m, None if pd.isna(layer) else int(layer)): w for m, layer, w in board[["method", "layer", "which"]].values
+    }
+    assert which == {
+        ("input_x_gradient", None): "baseline: predicted class",
+        ("input_x_gradient", 6): "best and last layer",
+        ("lrp", 6): "best and last layer",
+        ("random", None): "no layers",
+    }

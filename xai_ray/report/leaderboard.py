@@ -37,6 +37,7 @@ def params(metric: str) -> dict:
     return {"metric": metric, "floor": RANDOM}
 
 
+BASELINE = "baseline: predicted class"  # report_leaderboard.sql's which of a baseline beside its method
 # Without a leaderboard of its own (no --evaluate, no rationales), a run leads with the first of these
 # it has: the gradient-weighted attention methods agreed best with human rationales and with a sentiment
 # lexicon, and ranked above plain attention in comprehensiveness (docs/faithfulness.md), so they lead.
@@ -64,7 +65,8 @@ def lead_method(con, run_id: str, methods: list[str]) -> tuple[str, str]:
 
     for metric in (METRIC, PLAUSIBLE):
         board = run_named(con, "report_leaderboard", run_id=run_id, **params(metric))
-        board = board[board["method"].isin(methods) & (board["which"] != "best layer")]
+        # a baseline row stands for a stored method only where the method has no rows of its own
+        board = board[board["method"].isin(methods) & ~board["which"].isin(["best layer", BASELINE])]
         if not board.empty:
             best = board.sort_values(["mean", "method"], ascending=[False, True]).iloc[0]
             return str(best["method"]), f"ranked first at its last layer by {NAMES[metric]} on this run's leaderboard"
@@ -148,7 +150,7 @@ def board_with_costs(board: pd.DataFrame, manifest: dict, n_docs: int) -> pd.Dat
 
 def _entry(method: str, layer, which: str) -> str:
     if pd.isna(layer):
-        return method
+        return f"{method} ({BASELINE})" if which == BASELINE else method
     short = {"best and last layer": "best, last", "best layer": "best", "last layer": "last"}.get(which, which)
     return f"{method}, layer {int(layer)} ({short})"
 

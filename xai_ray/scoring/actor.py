@@ -382,8 +382,9 @@ class Scorer:
             self.tokenizer,
             self.device,
             self.token_budget,
-            # a stored input_x_gradient is the evaluation's own baseline (the same function), evaluated once as that
-            [m for m in self.methods if m not in self.deferred and m != GRADIENT],
+            # a stored input_x_gradient of the predicted class is the evaluation's own baseline (the same
+            # function), evaluated once as that; of another class (target label or a class) it is not
+            [m for m in self.methods if m not in self.deferred and (m != GRADIENT or config.run.target != "pred")],
             fractions=config.run.evaluate_fractions,
             seed=config.run.seed,
             share=config.run.evaluate_share,

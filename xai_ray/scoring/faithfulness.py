@@ -173,7 +173,7 @@ def evaluate_document(
             spearman(np.asarray(scores)[positions], importance),
         ]
         names = metric_names(fractions)[:-1]
-        if gradient is not None and method != GRADIENT:  # against itself rho is 1 by construction
+        if gradient is not None and (method, layer) != (GRADIENT, None):  # against itself rho is 1 by construction
             values.append(spearman(np.asarray(scores)[positions], np.asarray(gradient)[positions]))
             names.append("spearman_grad")
         rows.extend((method, layer, name, value) for name, value in zip(names, values))

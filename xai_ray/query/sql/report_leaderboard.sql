@@ -3,6 +3,9 @@
 -- A method with layers gets two rows, its best layer (highest mean; chosen on these same
 -- documents, so its mean is optimistic) and its last layer, or one row when they are the same
 -- layer; a method without layers (the baselines) one row. Any method name is taken as it comes.
+-- A run explaining another class than the prediction (target label or a class) has two
+-- input_x_gradient rows: its stored one, at its layer, and the evaluation's baseline of the
+-- predicted class, without a layer, which says so.
 -- sd is the sample standard deviation of the per-document values (null below two documents),
 -- which the report turns into the interval of every table (query.intervals: a 95% t interval).
 -- gain is the paired difference from the floor method $floor on the same documents (gain_sd its
@@ -39,8 +42,9 @@ per_slice as (
 placed as (
     select
         *,
-        row_number() over (partition by method order by mean desc, layer) = 1 as is_best,
-        layer = max(layer) over (partition by method) as is_last
+        row_number() over (partition by method, layer is null order by mean desc, layer) = 1 as is_best,
+        layer = max(layer) over (partition by method) as is_last,
+        count(layer) over (partition by method) > 0 as has_layers
     from per_slice
 ),
 
@@ -48,6 +52,8 @@ chosen as (
     select
         *,
         case
+            -- the evaluation's input x gradient of the predicted class, beside the run's own of another class
+            when layer is null and has_layers then 'baseline: predicted class'
             when layer is null then 'no layers'
             when is_best and is_last then 'best and last layer'
             when is_best then 'best layer'
