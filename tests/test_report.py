@@ -134,6 +134,20 @@ def test_highlight_html_keeps_gaps_escapes_words_and_shades_by_score():
     assert "<b>" not in got
 
 
+def test_highlight_html_shades_a_signed_methods_evidence_against_the_class_by_its_size_in_blue():
+    """lrp's "good" at -0.944 was 94% of the review's evidence and came out unshaded (class w-9),
+    while "was" at +0.036 took the darkest shade: shades follow |score|, below 0 in blue (n)."""
+    words = pd.DataFrame({"word": ["the", "movie", "was", "good"], "score": [0.01, -0.01, 0.036, -0.944]})
+    got = highlight_html("the movie was good", words)
+    assert "<span class='n9' title='-0.9440'>good</span>" in got
+    assert "<span class='w0' title='0.0360'>was</span>" in got  # 0.036 / 0.944 of the largest: the lightest
+    assert "<span class='n0' title='-0.0100'>movie</span>" in got
+    assert "w-" not in got and "n-" not in got
+    from xai_ray.report.page import SHADE_CSS
+
+    assert ".n9{background:rgba(76,120,168,0.80)}" in SHADE_CSS and ".w9{" in SHADE_CSS
+
+
 def test_highlight_html_shows_control_characters_as_pictures():
     text = "bad\x00movie \x1b[2Jok\x7f\x85 end\tnow\n"
     words = pd.DataFrame({"word": ["bad\x00movie", "\x1b[2Jok\x7f\x85", "end", "now"], "score": [1.0, 0.5, 0.2, 0.1]})

@@ -27,7 +27,7 @@ from xai_ray.methods.head_summary import STATISTICS
 from xai_ray.report import charts, head_charts
 from xai_ray.report.blocks import number, text_html
 from xai_ray.report.outputs import check_target, script_json, write_page
-from xai_ray.report.sections import _curves, highlight_html
+from xai_ray.report.sections import SHADE_NOTE, _curves, highlight_html
 from xai_ray.terminal import undecodable
 from xai_ray.words import merge_attention
 
@@ -340,7 +340,7 @@ def build_page(
 <body><h1>{title}</h1>
 <section id='summary'><table class='facts'>{table}</table></section>
 <section id='highlights'><h2>The review, each word shaded by its score</h2>
-<p class='note'>Darker = closer to the review's top word for that method (hover a word for its score).</p>
+<p class='note'>{SHADE_NOTE}</p>
 <div class='hl-grid'>{"".join(highlights)}</div></section>
 <section id='attention'><h2>Every layer's and head's attention</h2>
 <p class='note'>Pick a layer and a head (or the mean of the layer's heads), tokens or words (attention to a word:

@@ -126,8 +126,12 @@ def _write_charts(sections: list[Section], folder: Path, fmt: str) -> list[Path]
     return written
 
 
-# Highlight shades w0..w9: orange at growing opacity, light enough for the text to stay legible.
-SHADE_CSS = "".join(f".w{i}{{background:rgba(245,133,24,{i / 9 * 0.8:.2f})}}" for i in range(10))
+# Highlight shades w0..w9: orange at growing opacity, light enough for the text to stay legible;
+# n0..n9 the same in blue.
+SHADE_CSS = "".join(
+    f".w{i}{{background:rgba(245,133,24,{i / 9 * 0.8:.2f})}}.n{i}{{background:rgba(76,120,168,{i / 9 * 0.8:.2f})}}"
+    for i in range(10)
+)  # n: a signed method's score below 0 (evidence against the explained class), in blue
 STYLE = (
     "body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}"
     "table{border-collapse:collapse} th,td{text-align:left;padding:2px 12px;border-bottom:1px solid #eee}"

@@ -27,7 +27,11 @@ from xai_ray.report.heads import heads
 
 CURVE_WORDS = 4
 MAX_CHART_ROWS = 4_500  # Altair refuses more than 5,000 rows per chart; stay clear of it
-SHADES = 10  # highlight levels w0..w9, styled in report.py
+SHADES = 10  # highlight levels w0..w9 (n0..n9 below 0), styled in page.SHADE_CSS
+SHADE_NOTE = (
+    "Darker = closer to the review's largest score for that method (hover a word for its score); "
+    "blue marks a signed method's words that speak against the explained class."
+)
 TAIL_CHARS = 300  # unscored text past max_length shown, at most, after a highlighted review
 
 
@@ -229,8 +233,7 @@ def highlights(ctx: Context) -> Section | None:
     return Section(
         "highlights",
         "Example reviews, each word shaded by its score",
-        "Darker = closer to the review's top word for that method (hover a word for its score). "
-        "Grey text lies past max_length and was not scored.",
+        f"{SHADE_NOTE} Grey text lies past max_length and was not scored.",
         items,
     )
 
@@ -242,7 +245,7 @@ def highlight_html(text: str, words: pd.DataFrame) -> str:
     review by the tokenizer's offsets, so they are found in order and the gaps (spaces, line
     breaks) come from the text itself; a word not found is shown on its own.
     """
-    top = words["score"].max()
+    top = words["score"].abs().max()  # a signed method's evidence against the class is as large
     pieces, cursor = [], 0
     for word, score in zip(words["word"], words["score"]):
         word = word or ""
@@ -252,8 +255,9 @@ def highlight_html(text: str, words: pd.DataFrame) -> str:
             cursor = at + len(word)
         else:
             pieces.append(" ")
-        level = 0 if pd.isna(score) or not top > 0 else min(SHADES - 1, int(score / top * SHADES))
-        pieces.append(f"<span class='w{level}' title='{number(score, '.4f')}'>{text_html(word)}</span>")
+        level = 0 if pd.isna(score) or not top > 0 else min(SHADES - 1, int(abs(score) / top * SHADES))
+        shade = "n" if score < 0 else "w"  # against the explained class: its own colour (SHADE_CSS)
+        pieces.append(f"<span class='{shade}{level}' title='{number(score, '.4f')}'>{text_html(word)}</span>")
     rest = text[cursor:]
     if rest.strip():
         more = "…" if len(rest) > TAIL_CHARS else ""
