@@ -157,3 +157,38 @@ def test_a_stored_input_x_gradient_of_another_class_is_ranked_as_itself_not_as_t
         ("lrp", 6): "best and last layer",
         ("random", None): "no layers",
     }
+
+
+def test_a_layer_asked_for_leads_with_the_best_method_stored_there():
+    """lrp leads at the last layer, the only one it is stored at; `topk --layer 1` without
+    --method led with it and was refused ("stores method 'lrp' at layer 2 only")."""
+    import json
+
+    rows = (
+        _values("lrp", 2, "comprehensiveness_aopc", [0.5, 0.6])
+        + _values("raw", 1, "comprehensiveness_aopc", [0.1, 0.2])
+        + _values("raw", 2, "comprehensiveness_aopc", [0.2, 0.3])
+    )
+    con = _con(rows)
+    manifest = {"slices": ["lrp:2", "raw:1", "raw:2"], "model": {"n_layers": 2}}
+    runs = pd.DataFrame({"run_id": ["r"], "created_at": ["2026-11-28"], "manifest": [json.dumps(manifest)]})
+    con.register("runs", runs)
+    assert lead_method(con, "r", ["lrp", "raw"])[0] == "lrp"
+    assert lead_method(con, "r", ["lrp", "raw"], layer=2)[0] == "lrp"
+    assert lead_method(con, "r", ["lrp", "raw"], layer=1)[0] == "raw"
+
+
+def test_a_nan_metric_is_left_out_of_the_leaderboard_and_the_lead_alike():
+    """DuckDB sorts NaN above every number and pandas below: the board ranked raw's NaN first
+    while the lead went to another method."""
+    from xai_ray.query.connection import run_named
+
+    rows = (
+        _values("raw", 2, "comprehensiveness_aopc", [0.1, float("nan")])
+        + _values("rollout", 2, "comprehensiveness_aopc", [0.2, 0.3])
+        + _values("random", None, "comprehensiveness_aopc", [0.0, 0.0])
+    )
+    board = run_named(_con(rows), "report_leaderboard", run_id="r", metric="comprehensiveness_aopc", floor="random")
+    assert board["method"].tolist()[0] == "rollout" and not board["mean"].isna().any()
+    assert board.set_index("method").loc["raw", "n_docs"] == 1  # its one real value
+    assert lead_method(_con(rows), "r", ["raw", "rollout"])[0] == "rollout"

@@ -213,3 +213,13 @@ def test_the_faithfulness_section_opens_with_the_leaderboard(store, tmp_path):
     bare = tmp_path / "bare"
     write_evaluated_run(bare, "bare", [])
     assert ("report_leaderboard", PARAMS) not in planned(context(bare, "bare", load_definition(), None))
+
+
+def test_a_gain_over_one_review_has_no_interval_and_says_so(store):
+    """One paired review: the gain's interval is undefined and read "+nan" where every other cell says n/a."""
+    from xai_ray.report.leaderboard import board_with_costs, table
+
+    board = board_with_costs(_board(store), {}, n_docs=4)
+    board = board.assign(gain_lo=float("nan"), gain_hi=float("nan"), lo=float("nan"), hi=float("nan"))
+    shown = table(board)
+    assert "nan" not in shown and "[n/a, n/a]" in shown

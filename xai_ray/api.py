@@ -293,7 +293,7 @@ class Run:
             raise ConfigError(f"exclude takes 'punct', 'stop', 'punct,stop', a list of them or None; got {exclude!r}")
         if method is None:
             methods = self.manifest.get("config", {}).get("methods") or ["rollout"]
-            method, _ = lead_method(self._database(), self.run_id, methods)
+            method, _ = lead_method(self._database(), self.run_id, methods, layer)
         try:
             return topk(
                 self._database(),

@@ -192,7 +192,7 @@ def cmd_topk(args) -> int:
             from xai_ray.report.leaderboard import lead_method
 
             run = pick_run(con, args.run_id)
-            method, why = lead_method(con, run["run_id"], run["methods"].split(","))
+            method, why = lead_method(con, run["run_id"], run["methods"].split(","), args.layer)
             if not args.quiet:  # a note, not a warning: -q keeps the result only
                 print(f"xai-ray: method {method}: {why}", file=sys.stderr)
         frame = topk(

@@ -18,7 +18,7 @@ import pandas as pd
 from xai_ray.query.intervals import RULE, SUMMARY, SUMMARY_PARAMS, faithfulness_summary
 from xai_ray.report import charts_faithfulness as charts
 from xai_ray.report import leaderboard
-from xai_ray.report.blocks import Fragment, Section
+from xai_ray.report.blocks import Fragment, Section, number
 from xai_ray.report.context import Context
 from xai_ray.scoring.faithfulness import CURVES, GRADIENT, RANDOM
 from xai_ray.store.aggregates import read_aggregate
@@ -196,4 +196,4 @@ def _cell(by_metric: pd.DataFrame, metric: str) -> str:
     if metric not in by_metric.index:
         return "n/a"
     row = by_metric.loc[metric]
-    return html.escape(f"{row['mean']:.3f} [{row['lo']:.3f}, {row['hi']:.3f}]")
+    return html.escape(f"{number(row['mean'], '.3f')} [{number(row['lo'], '.3f')}, {number(row['hi'], '.3f')}]")

@@ -56,13 +56,17 @@ PRIOR = (
 )
 
 
-def lead_method(con, run_id: str, methods: list[str]) -> tuple[str, str]:
+def lead_method(con, run_id: str, methods: list[str], layer: int | None = None) -> tuple[str, str]:
     """(the method a run's report, ``topk`` and nightly lead with, why): the best entry of the run's
     own leaderboard among its stored methods (comprehensiveness AOPC, else AUPRC against rationales)
     at the layer they show, the last (a method's best layer, picked on the same documents, is not
-    what they show), else the first of ``PRIOR`` the run has. Rollout and the others stay one choice away."""
+    what they show), else the first of ``PRIOR`` the run has. Rollout and the others stay one choice
+    away. ``layer``: the layer asked for (``topk --layer``), which only the methods stored there
+    can show (lrp, integrated gradients and input x gradient: the last layer only)."""
     from xai_ray.query.connection import run_named
 
+    if layer is not None:
+        methods = stored_at(con, run_id, methods, int(layer)) or methods
     for metric in (METRIC, PLAUSIBLE):
         board = run_named(con, "report_leaderboard", run_id=run_id, **params(metric))
         # a baseline row stands for a stored method only where the method has no rows of its own
@@ -74,6 +78,20 @@ def lead_method(con, run_id: str, methods: list[str]) -> tuple[str, str]:
         if name in methods:
             return name, "the default order (the run has no leaderboard: see --evaluate)"
     return methods[0], "the run's first method"
+
+
+def stored_at(con, run_id: str, methods: list[str], layer: int) -> list[str]:
+    """Those of ``methods`` the run stores at ``layer``, by its manifest's slices (every method at
+    every layer for a layer-1 run, whose manifest lists none)."""
+    import json
+
+    from xai_ray.query.connection import pick_run
+    from xai_ray.query.views import manifest_slices
+
+    run = pick_run(con, run_id)
+    slices = manifest_slices(json.loads(run.get("manifest") or "{}"))
+    listed = {m for m, _ in slices}
+    return [m for m in methods if m not in listed or (m, layer) in slices]
 
 
 # Methods timed under another name: the evaluation's own input x gradient is one backward per batch.
@@ -193,7 +211,7 @@ def table(board: pd.DataFrame) -> str:
     """The leaderboard as an HTML table: rank, entry, mean [lo, hi], gain over the floor, reviews, cost."""
     rows = []
     for r in board.itertuples():
-        gain = "" if pd.isna(r.gain) else f"{r.gain:+.3f} [{r.gain_lo:+.3f}, {r.gain_hi:+.3f}]"
+        gain = "" if pd.isna(r.gain) else f"{r.gain:+.3f} [{number(r.gain_lo, '+.3f')}, {number(r.gain_hi, '+.3f')}]"
         cost = "n/a" if pd.isna(r.seconds) else f"{r.seconds:.4f}"
         ratio = "" if pd.isna(r.x_forward) else f"{r.x_forward:.2f}x"
         style = " style='font-style:italic'" if r.is_floor else ""

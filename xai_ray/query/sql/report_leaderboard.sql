@@ -15,7 +15,7 @@
 with metric_values as (
     select method, layer, doc_id, value
     from faithfulness
-    where run_id = $run_id and metric = $metric and value is not null
+    where run_id = $run_id and metric = $metric and value is not null and not isnan(value)  -- NaN sorted above all
 ),
 
 floor_values as (
