@@ -102,12 +102,16 @@ def test_the_three_rationale_forms_give_one_mask():
         ([1, 0, 1], "tokens", "rationale mask has 3 values, the review 10 whitespace tokens"),
         ([0, 2, 0, 0, 0, 0, 0, 0, 0, 0], "tokens", "holds only 0 and 1"),
         ([[3, 11]], "tokens", "rationale span [3, 11] is outside the review's 10 tokens"),
-        ([[5, 5]], "chars", "rationale span [5, 5] is outside"),
+        ([[5, 5]], "chars", "rationale span [5, 5] is empty"),
         ([[1, 2, 3]], "tokens", "is not a [start, end] pair"),
         ([["a", "b"]], "tokens", "is not a [start, end] pair"),
         ("[[0, Infinity]]", "tokens", "is not a [start, end] pair"),  # JSON text may hold these
         ("[[NaN, 2]]", "chars", "is not a [start, end] pair"),
-        ([[float("nan"), 2.0]], "tokens", "is not a [start, end] pair"),  # a Parquet list<list<double>>
+        (
+            [[float("nan"), 2.0]],
+            "tokens",
+            "span [None, 2.0] is not a [start, end] pair",
+        ),  # a Parquet list<list<double>> null
         ("not json", "tokens", "is not JSON"),
         ({"spans": [[1, 2]]}, "tokens", "rationale is a dict"),
         (None, "tokens", "rationale is null"),

@@ -305,3 +305,18 @@ def test_a_copied_part_of_a_run_without_records_is_refused_in_layout_3(batches, 
     shutil.copy(parts[0], run / "token_scores" / "part-9.parquet")
     with pytest.raises(QueryError, match=r"token_scores files hold \d+ token rows where its manifest's counts give"):
         open_store(copied).execute("select count(*) from words").fetchall()
+
+
+def test_a_layer_1_run_without_records_missing_a_slice_is_refused(store, tmp_path):
+    """A layer-1 run copied without ``_parts`` and without one slice's folder read that slice as
+    no rows; its manifest counts every row, and the footers say how many are there."""
+    import shutil
+
+    copied = tmp_path / "copied"
+    shutil.copytree(store, copied)
+    run = layout.run_dir(copied, "one")
+    shutil.rmtree(run / "_parts")
+    assert rows(open_store(copied), "tokens", "one") == rows(open_store(store), "tokens", "one")
+    shutil.rmtree(run / "tokens" / "method=raw" / "layer=2")
+    with pytest.raises(QueryError, match=r"its tokens files hold \d+ rows where its manifest's counts give \d+"):
+        open_store(copied).execute("select count(*) from tokens").fetchall()

@@ -131,7 +131,7 @@ def check_table_totals(run: Path, manifest: dict, info: dict) -> None:
             f"run {name!r} is damaged: its {table} files hold {held} rows where its manifest counts {expected} "
             f"({why}), or delete the run ({run}) and run it again"
         )
-    if not info["parts"] and info["layout"] >= 2:
+    if not info["parts"]:
         _check_unrecorded_scores(run, name, counts, info)
 
 
@@ -165,9 +165,16 @@ def _rows_held(run: Path, info: dict, table: str) -> int | None:
 
 def _check_unrecorded_scores(run: Path, name: str, counts: dict, info: dict) -> None:
     """A run without part records: its scores files hold as many rows as its counts give each slice
-    (as ``_rows_counted`` checks a part's file), else a part is missing or copied."""
+    (as ``_rows_counted`` checks a part's file), else a part is missing or copied (in layout 1, a
+    slice's folder too)."""
     slices = len(info["slices"])
     tokens, words = counts.get("tokens"), counts.get("words")
+    if info["layout"] == 1:  # a file per method x layer, a row per token or word of each: the counts exactly
+        for table, expected in (("tokens", tokens), ("words", words)):
+            held = _rows_held(run, info, table)
+            if type(expected) is int and held is not None and held != expected:
+                _refuse_unrecorded(run, name, f"{table} files hold {held} rows", str(expected))
+        return
     if not slices or type(tokens) is not int or type(words) is not int or tokens % slices or words % slices:
         return
     tokens, words = tokens // slices, words // slices

@@ -94,6 +94,8 @@ def rationale_spans(value, text: str, units: str = "tokens") -> tuple[np.ndarray
     limit = len(spans) if units == "tokens" else len(text)
     gold = []
     for start, end in pairs:
+        if start == end:
+            raise RationaleError(f"rationale span [{start}, {end}] is empty (its end must be past its start)")
         if not 0 <= start < end <= limit:
             raise RationaleError(
                 f"rationale span [{start}, {end}] is outside the review's {limit} {units} (0 <= start < end <= {limit})"
@@ -142,7 +144,8 @@ def _mask_of(values: list, n_tokens: int) -> np.ndarray:
 def _pair(value) -> tuple[int, int]:
     ok = isinstance(value, (list, tuple)) and len(value) == 2
     if not ok or any(not _whole(v) for v in value):
-        raise RationaleError(f"rationale span {value!r} is not a [start, end] pair of whole numbers")
+        shown = [None if isinstance(v, float) and math.isnan(v) else v for v in value] if ok else value
+        raise RationaleError(f"rationale span {shown!r} is not a [start, end] pair of whole numbers")
     return int(value[0]), int(value[1])
 
 
