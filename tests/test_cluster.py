@@ -409,3 +409,33 @@ def test_data_that_a_folders_own_ignore_file_leaves_out_is_refused(tmp_path):
         with pytest.raises(SubmitError, match=f"data {data!r} is left out .* \\({rule}\\)"):
             check_data(data, tmp_path)
     check_data("feeds/x.csv", tmp_path)  # taken: nothing said
+
+
+def test_files_kept_out_of_git_by_its_own_exclude_file_stay_out_of_the_upload(tmp_path):
+    """Ray reads .gitignore files, never .git/info/exclude: a secret kept out of git there (never
+    committed, never in a .gitignore) went up to the cluster with the code."""
+    from ray._private.runtime_env.packaging import _get_excludes
+
+    from xai_ray.ops.submit import SubmitError, check_data
+    from xai_ray.ops.upload import EXCLUDES, git_excludes
+
+    repo = tmp_path / "repo"
+    (repo / ".git" / "info").mkdir(parents=True)
+    (repo / ".git" / "info" / "exclude").write_text("# git's own excludes\nsecrets.env\n/private/\n\n")
+    (repo / "private").mkdir()
+    (repo / "private" / "train.csv").write_text("id,text\n")
+    (repo / "secrets.env").write_text("TOKEN=1\n")
+    assert git_excludes(repo) == ["secrets.env", "/private/"]
+    left_out = _get_excludes(repo, EXCLUDES + git_excludes(repo))
+    assert left_out(repo / "secrets.env") and left_out(repo / "private" / "train.csv")
+    assert not left_out(repo / "jobs.yaml")
+    with pytest.raises(SubmitError, match=r"\(its \.git/info/exclude\)"):
+        check_data("private/train.csv", repo)
+    # a worktree's .git is a file naming its folder in the repository's .git, whose exclude it shares
+    (repo / ".git" / "worktrees" / "wt").mkdir(parents=True)
+    (repo / ".git" / "worktrees" / "wt" / "commondir").write_text("../..\n")
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    (worktree / ".git").write_text(f"gitdir: {repo / '.git' / 'worktrees' / 'wt'}\n")
+    assert git_excludes(worktree) == ["secrets.env", "/private/"]
+    assert git_excludes(tmp_path) == []  # no repository: nothing more

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from xai_ray.config import ConfigError
-from xai_ray.ops.upload import EXCLUDES, left_out_by, own_store
+from xai_ray.ops.upload import EXCLUDES, git_excludes, left_out_by, own_store
 
 KINDS = ("analyze", "finetune", "nightly")
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -55,7 +55,7 @@ def submit(
     found = _exists(client, submission_id, command if given else None, kind) if submission_id else None
     if found:
         return 0 if found in LIVE else 1  # a night that failed is said again in the exit status
-    excludes = EXCLUDES + own_store(root, path, sets, kind)
+    excludes = EXCLUDES + git_excludes(root) + own_store(root, path, sets, kind)
     runtime_env = {"working_dir": str(root), "excludes": excludes, "env_vars": {"PYTHONUNBUFFERED": "1"}}
     try:
         job = client.submit_job(

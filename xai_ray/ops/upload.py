@@ -1,7 +1,7 @@
 """What ``xai-ray submit`` ships to a Ray cluster as its working directory, and what stays here.
 
-Ray uploads the repository (``working_dir``) less ``EXCLUDES`` and what the repository's
-.gitignore and .rayignore leave out. ``left_out_by`` asks Ray's own matcher whether a path goes up
+Ray uploads the repository (``working_dir``) less ``EXCLUDES``, the repository's
+``.git/info/exclude`` (``git_excludes``) and what its .gitignore and .rayignore files leave out. ``left_out_by`` asks Ray's own matcher whether a path goes up
 (a job's relative ``data`` that does not is refused before the upload); ``own_store`` leaves a
 job's store out when it lies inside the repository.
 """
@@ -33,6 +33,26 @@ EXCLUDES = [
     "/build",
     "/report.html",
 ]
+
+
+def git_excludes(root: Path) -> list[str]:
+    """The patterns of ``root``'s ``.git/info/exclude`` (git's own, never committed: a file kept
+    out of git there, a secret among them, is not kept out of Ray's upload, which reads .gitignore
+    files only). A worktree's ``.git`` file leads to its repository's (``commondir``)."""
+    git = root / ".git"
+    if git.is_file():  # a worktree or submodule: "gitdir: <path>"
+        first = git.read_text(errors="replace").splitlines()[:1]
+        if not first or not first[0].startswith("gitdir:"):
+            return []
+        git = (root / first[0].removeprefix("gitdir:").strip()).resolve()
+        common = git / "commondir"
+        if common.is_file():
+            git = (git / common.read_text(errors="replace").strip()).resolve()
+    exclude = git / "info" / "exclude"
+    if not exclude.is_file():
+        return []
+    lines = exclude.read_text(errors="replace").splitlines()
+    return [line for line in lines if line.strip() and not line.startswith("#")]
 
 
 def own_store(root: Path, path: Path, sets: list[str] | None, kind: str) -> list[str]:
@@ -76,6 +96,8 @@ def left_out_by(root: Path, relative: Path) -> str | None:
     # each folder on the way, the path, and a file inside it (a rule for "incoming/" is one)
     candidates = [*above, path, *([path / "file"] if path.is_dir() or not path.suffix else [])]
     rules = [("EXCLUDES of xai_ray/ops/upload.py", root, _get_excludes(root, EXCLUDES))]
+    if git_excludes(root):
+        rules.append(("its .git/info/exclude", root, _get_excludes(root, git_excludes(root))))
     for folder in [root, *above, *([path] if path.is_dir() else [])]:
         for name in names:
             rule = _get_ignore_file(folder, name)
