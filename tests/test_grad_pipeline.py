@@ -160,7 +160,9 @@ def test_topk_and_faithfulness_read_the_gradient_methods(grad_store):
     faithfulness = con.execute("select method, layer, count(*) from faithfulness group by all").fetchall()
     found = {(m, layer) for m, layer, _ in faithfulness}
     assert {("grad_rollout", 1), ("grad_rollout", 2), ("attn_x_grad", 2), ("integrated_gradients", 2)} <= found
-    assert ("input_x_gradient", None) in found and ("input_x_gradient", 2) not in found  # once, as the baseline
+    # target=label: the stored input_x_gradient explains the label, evaluated as itself at its layer,
+    # beside the evaluation's baseline of the predicted class (no layer)
+    assert ("input_x_gradient", None) in found and ("input_x_gradient", 2) in found
     page = (grad_store / "runs" / "run_id=grad" / "report.html").read_text()
     assert "grad_rollout" in page and "integrated_gradients" in page
 
