@@ -178,9 +178,10 @@ def test_a_layer_asked_for_leads_with_the_best_method_stored_there():
     assert lead_method(con, "r", ["lrp", "raw"], layer=1)[0] == "raw"
 
 
-def test_a_nan_metric_is_left_out_of_the_leaderboard_and_the_lead_alike():
+def test_a_nan_metric_is_left_out_of_the_leaderboard_and_the_lead_alike(tmp_path):
     """DuckDB sorts NaN above every number and pandas below: the board ranked raw's NaN first
-    while the lead went to another method."""
+    while the lead went to another method. Read from Parquet too, whose statistics leave NaN out
+    (DuckDB then folded an isnan filter away)."""
     from xai_ray.query.connection import run_named
 
     rows = (
@@ -192,3 +193,10 @@ def test_a_nan_metric_is_left_out_of_the_leaderboard_and_the_lead_alike():
     assert board["method"].tolist()[0] == "rollout" and not board["mean"].isna().any()
     assert board.set_index("method").loc["raw", "n_docs"] == 1  # its one real value
     assert lead_method(_con(rows), "r", ["raw", "rollout"])[0] == "rollout"
+    frame = pd.DataFrame(rows, columns=["run_id", "doc_id", "method", "layer", "metric", "value"])
+    frame["layer"] = frame["layer"].astype("Int32")
+    frame.to_parquet(tmp_path / "f.parquet")
+    con = duckdb.connect()
+    con.execute(f"create view faithfulness as select * from read_parquet('{tmp_path / 'f.parquet'}')")
+    read = run_named(con, "report_leaderboard", run_id="r", metric="comprehensiveness_aopc", floor="random")
+    assert read["method"].tolist()[0] == "rollout" and not read["mean"].isna().any()

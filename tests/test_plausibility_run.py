@@ -137,7 +137,9 @@ def test_rationales_are_read_as_screening_reads_the_rows(tmp_path):
 
     csv = tmp_path / "c.csv"
     csv.write_text('id,text,why\na,good film,"[1, 0]"\nb,bad film,\na,x y,"[0, 1]"\nc,ok, \n')
-    assert read_rationales(RunConfig(data=str(csv), rationales="why")) == {"a": "[1, 0]"}
+    found = read_rationales(RunConfig(data=str(csv), rationales="why"))
+    assert list(found) == ["a"]  # b's and c's cells are empty: no rationale
+    assert found["a"].of("good film") == "[1, 0]" and found["a"].of("x y") == "[0, 1]"  # the row scored
     lines = tmp_path / "c.jsonl"
     lines.write_text('{"text": "good film", "why": [1, 0]}\nnot json\n[1]\n{"text": "bad one", "why": [0, 1]}\n')
     found = read_rationales(RunConfig(data=str(lines), rationales="why"))  # no ids: named by row
@@ -162,7 +164,32 @@ def test_a_repeated_id_under_a_limit_takes_the_rationale_of_the_row_the_sample_k
         expected.setdefault(row["id"], list(row["why"]))
     assert any(value == [0, 0, 1] for value in expected.values()), "no id kept by its second row: the check is empty"
     found = read_rationales(RunConfig(data=str(path), rationales="why", limit=12, seed=3))
-    assert {k: list(v) for k, v in found.items()} == expected
+    texts = {row["id"]: row["text"] for _, row in sample.iloc[::-1].iterrows()}  # each id's first sampled row
+    assert {k: list(v.of(texts[k]) if hasattr(v, "of") else v) for k, v in found.items()} == expected
+
+
+def test_a_repeated_id_whose_first_row_is_rejected_takes_the_scored_rows_rationale(tmp_path):
+    """Screening rejects a's first row (no text) and scores its second: the rationale was the
+    first row's, read as the run's without a word."""
+    from xai_ray.pipeline.plausibility import read_rationales, score_run
+
+    path = tmp_path / "r.parquet"
+    rows = [("a", "", [[0, 1]]), ("a", "so bad really", [[1, 2]]), ("b", "so bad really", [[1, 2]])]
+    pd.DataFrame(rows, columns=["id", "text", "ev"]).to_parquet(path)
+    from xai_ray.config import RunConfig
+
+    found = read_rationales(RunConfig(data=str(path), rationales="ev"))
+    words = pd.DataFrame(
+        [
+            (d, "raw", 1, i, w, s, "so bad really")
+            for d in ("a", "b")
+            for i, (w, s) in enumerate([("so", 0.1), ("bad", 0.8), ("really", 0.1)])
+        ],
+        columns=["doc_id", "method", "layer", "word_id", "word", "raw_score", "text"],
+    )
+    metrics, errors = score_run(words, found, "tokens")
+    got = metrics.to_pandas().query("method == 'raw' and metric == 'token_f1@rationale'").set_index("doc_id")["value"]
+    assert errors.num_rows == 0 and got["a"] == got["b"] == 1.0  # "bad", the word marked in the row scored
 
 
 def test_a_run_where_no_rationale_can_be_read_has_no_plausibility_rows_and_no_failure():

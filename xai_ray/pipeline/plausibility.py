@@ -24,6 +24,7 @@ from xai_ray.data import fields
 from xai_ray.data.corpus import sample_rows
 from xai_ray.data.pieces import column_rows
 from xai_ray.data.sources import piece_columns, plan
+from xai_ray.data.text import clean_text
 from xai_ray.query.connection import open_store, run_named
 from xai_ray.scoring import plausibility
 from xai_ray.scoring.faithfulness import RANDOM, random_scores
@@ -38,9 +39,11 @@ READABLE = ("parquet", "csv", "jsonl", "json")
 
 def read_rationales(cfg: RunConfig) -> dict[str, object]:
     """doc_id -> the rationale as the corpus wrote it (rows without one, an empty cell among them,
-    are left out; of rows repeating an id, the first of the run's ``limit`` sample, as screening
-    keeps it). Read by the corpus's own reader (``data.pieces.column_rows``): the same rows, and
-    the same ids, as the scored reviews."""
+    are left out). Of rows repeating an id within the run's ``limit`` sample, screening scores the
+    first it does not reject (an empty text, a bad label): such an id maps to its ``Candidates``,
+    each row's text as scored beside its rationale, and ``score_run`` takes the row whose text is
+    the review's. Read by the corpus's own reader (``data.pieces.column_rows``): the same rows,
+    and the same ids, as the scored reviews."""
     source = plan(cfg.data, cfg.split, cfg.text_column, cfg.label_column, cfg.id_column, cfg.clean_html)
     kinds = sorted({p.kind for p in source.pieces} - set(READABLE))
     if kinds:
@@ -57,13 +60,39 @@ def read_rationales(cfg: RunConfig) -> dict[str, object]:
     kept = range(len(rows))
     if cfg.limit is not None and cfg.limit < len(rows):  # the run's sample: a repeated id's kept row is in it
         kept = sample_rows(len(rows), cfg.limit, cfg.seed).tolist()
-    found: dict[str, object] = {}
+    by_id: dict[str, list[int]] = {}
     for row in kept:
-        doc_id, value = rows[row]
-        if doc_id is not None and doc_id not in found:  # a repeated id: its first row, the one screening keeps
-            found[doc_id] = value
-    # rows without one, an empty cell among them, are left out (the kept row's, not a later row's)
-    return {doc_id: _plain(v) for doc_id, v in found.items() if not _blank(v)}
+        if rows[row][0] is not None:
+            by_id.setdefault(rows[row][0], []).append(row)
+    texts = _texts(source, cfg) if any(len(found) > 1 for found in by_id.values()) else []
+    out: dict[str, object] = {}
+    for doc_id, found in by_id.items():
+        if len(found) > 1:
+            out[doc_id] = Candidates([(texts[row], _plain(rows[row][1])) for row in found])
+        elif not _blank(rows[found[0]][1]):
+            out[doc_id] = _plain(rows[found[0]][1])
+    return out
+
+
+class Candidates(list):
+    """The (text as scored, rationale) of each row repeating one id, in row order; a rationale
+    may be blank (that row has none)."""
+
+    def of(self, text: str):
+        """The rationale of the first row whose text is ``text`` (the row screening kept), else of
+        the first row; None where that row has none."""
+        chosen = next((value for seen, value in self if seen == text), self[0][1])
+        return None if _blank(chosen) else chosen
+
+
+def _texts(source, cfg: RunConfig) -> list[str | None]:
+    """Every row's text as the run scores it (``clean_html`` applied), in row order."""
+    found = []
+    for piece in source.pieces:
+        for _, value in column_rows(source, piece, cfg.text_column):
+            text = value if isinstance(value, str) else None
+            found.append(clean_text(text) if text is not None and cfg.clean_html else text)
+    return found
 
 
 def _blank(value) -> bool:
@@ -90,10 +119,13 @@ def score_run(words: pd.DataFrame, rationales: dict, units: str, seed: int = 0) 
     """``sql/run_word_scores.sql`` rows and the rationales -> (metric rows, error rows)."""
     metrics, errors = [], []
     for doc_id, doc in words.groupby("doc_id", sort=True):
-        if doc_id not in rationales:
+        rationale = rationales.get(doc_id)
+        if isinstance(rationale, Candidates):  # a repeated id: the row whose text was scored
+            rationale = rationale.of(doc["text"].iloc[0])
+        if rationale is None:
             continue
         try:
-            metrics += _review_rows(doc_id, doc, rationales[doc_id], units, seed)
+            metrics += _review_rows(doc_id, doc, rationale, units, seed)
         except plausibility.RationaleError as err:  # recorded per row, the job goes on
             errors.append((doc_id, str(err)))
         except Exception as err:  # a review this code did not foresee: recorded too, never the whole stage

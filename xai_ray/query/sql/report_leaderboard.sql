@@ -15,7 +15,10 @@
 with metric_values as (
     select method, layer, doc_id, value
     from faithfulness
-    where run_id = $run_id and metric = $metric and value is not null and not isnan(value)  -- NaN sorted above all
+    where run_id = $run_id and metric = $metric and value is not null
+        -- NaN ranked above every number (no writer stores one: a file edited by hand). Read as
+        -- text: a Parquet footer's statistics leave NaN out, and DuckDB folds isnan(value) to false
+        and cast(value as varchar) not in ('nan', '-nan')
 ),
 
 floor_values as (
