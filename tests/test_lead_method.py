@@ -175,7 +175,9 @@ def test_a_layer_asked_for_leads_with_the_best_method_stored_there():
     con.register("runs", runs)
     assert lead_method(con, "r", ["lrp", "raw"])[0] == "lrp"
     assert lead_method(con, "r", ["lrp", "raw"], layer=2)[0] == "lrp"
-    assert lead_method(con, "r", ["lrp", "raw"], layer=1)[0] == "raw"
+    method, why = lead_method(con, "r", ["lrp", "raw"], layer=1)
+    assert method == "raw" and why.endswith("(among the methods stored at layer 1)")
+    assert "among" not in lead_method(con, "r", ["lrp", "raw"], layer=2)[1]
 
 
 def test_a_nan_metric_is_left_out_of_the_leaderboard_and_the_lead_alike(tmp_path):
@@ -200,3 +202,28 @@ def test_a_nan_metric_is_left_out_of_the_leaderboard_and_the_lead_alike(tmp_path
     con.execute(f"create view faithfulness as select * from read_parquet('{tmp_path / 'f.parquet'}')")
     read = run_named(con, "report_leaderboard", run_id="r", metric="comprehensiveness_aopc", floor="random")
     assert read["method"].tolist()[0] == "rollout" and not read["mean"].isna().any()
+
+
+def test_the_report_names_the_baseline_apart_from_a_stored_input_x_gradient_of_another_class():
+    """The faithfulness table listed one input_x_gradient row and its verdict added the stored
+    entry's metrics to the baseline's: the baseline gets a name of its own there."""
+    from xai_ray.report.faithfulness import BASELINE_ENTRY, baseline_apart, order_methods
+
+    summary = pd.DataFrame(
+        {
+            "method": ["input_x_gradient", "input_x_gradient", "lrp", "random"],
+            "layer": pd.array([None, 6, 6, None], dtype="Int32"),
+            "metric": ["comprehensiveness_aopc"] * 4,
+        }
+    )
+    apart = baseline_apart(summary)
+    assert apart["method"].tolist() == [BASELINE_ENTRY, "input_x_gradient", "lrp", "random"]
+    assert order_methods(apart["method"].unique().tolist(), ["lrp", "input_x_gradient"]) == [
+        "lrp", "input_x_gradient", BASELINE_ENTRY, "random",
+    ]  # fmt: skip
+    # the run's own input_x_gradient of the predicted class is the baseline: one entry, kept as it is;
+    # its agreement with rationales sits at the last layer beside it and changes nothing
+    same = summary.iloc[[0, 2, 3]].reset_index(drop=True)
+    assert baseline_apart(same).equals(same)
+    plausible = pd.concat([same, same.iloc[[0]].assign(layer=pd.array([6], dtype="Int32"), metric="auprc")])
+    assert baseline_apart(plausible).equals(plausible)

@@ -34,6 +34,9 @@ BETTER = {
 }
 
 
+BASELINE_ENTRY = f"{GRADIENT} ({leaderboard.BASELINE})"  # the evaluation's, beside a stored one of another class
+
+
 def summary_of(ctx: Context) -> pd.DataFrame:
     """The faithfulness summary of the run: kept beside it, else computed and cached for keeping."""
     key = (SUMMARY, tuple(sorted(SUMMARY_PARAMS.items())))
@@ -49,16 +52,28 @@ def summary_of(ctx: Context) -> pd.DataFrame:
 def order_methods(methods: list[str], run_methods: list[str]) -> list[str]:
     """The run's methods in its order, then the gradient baseline, then the floor (a stored
     input_x_gradient is evaluated once, as the baseline, and listed there)."""
-    found = set(methods)
+    found, baselines = set(methods), (GRADIENT, BASELINE_ENTRY, RANDOM)
     return (
-        [m for m in run_methods if m in found and m not in (GRADIENT, RANDOM)]
-        + [m for m in (GRADIENT, RANDOM) if m in found]
-        + sorted(found - set(run_methods) - {GRADIENT, RANDOM})
+        [m for m in run_methods if m in found and m not in baselines]
+        + [m for m in baselines if m in found]
+        + sorted(found - set(run_methods) - set(baselines))
     )
 
 
+def baseline_apart(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with the evaluation's input x gradient of the predicted class named apart
+    (``BASELINE_ENTRY``) where the run's own input_x_gradient, of another class, holds the same
+    metrics at its layer: the table, the charts and the verdict counted the two as one method."""
+    grad = summary["method"] == GRADIENT
+    layered = set(summary.loc[grad & summary["layer"].notna(), "metric"])
+    bare = grad & summary["layer"].isna()
+    if not (bare & summary["metric"].isin(layered)).any():
+        return summary
+    return summary.assign(method=summary["method"].where(~bare, BASELINE_ENTRY))
+
+
 def faithfulness(ctx: Context) -> Section | None:
-    summary = summary_of(ctx)
+    summary = baseline_apart(summary_of(ctx))
     if summary.empty:
         return None  # the run was not evaluated (no --evaluate)
     methods = order_methods(summary["method"].unique().tolist(), ctx.methods)

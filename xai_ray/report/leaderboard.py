@@ -65,15 +65,19 @@ def lead_method(con, run_id: str, methods: list[str], layer: int | None = None) 
     can show (lrp, integrated gradients and input x gradient: the last layer only)."""
     from xai_ray.query.connection import run_named
 
+    among = ""
     if layer is not None:
-        methods = stored_at(con, run_id, methods, int(layer)) or methods
+        there = stored_at(con, run_id, methods, int(layer))
+        among = f" (among the methods stored at layer {layer})" if there and len(there) < len(methods) else ""
+        methods = there or methods
     for metric in (METRIC, PLAUSIBLE):
         board = run_named(con, "report_leaderboard", run_id=run_id, **params(metric))
         # a baseline row stands for a stored method only where the method has no rows of its own
         board = board[board["method"].isin(methods) & ~board["which"].isin(["best layer", BASELINE])]
         if not board.empty:
             best = board.sort_values(["mean", "method"], ascending=[False, True]).iloc[0]
-            return str(best["method"]), f"ranked first at its last layer by {NAMES[metric]} on this run's leaderboard"
+            why = f"ranked first at its last layer by {NAMES[metric]} on this run's leaderboard{among}"
+            return str(best["method"]), why
     for name in PRIOR:
         if name in methods:
             return name, "the default order (the run has no leaderboard: see --evaluate)"
