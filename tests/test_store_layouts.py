@@ -287,6 +287,9 @@ def test_a_run_of_the_first_versions_reads_beside_new_runs_with_null_units(store
         == 0
     )
     assert "rank" in capsys.readouterr().out
+    # by lift (the default) its top words were empty without a word
+    assert main(["topk", "--store", str(copied), "--run", "one", "--k", "3", "--method", "raw", "--layer", "2"]) == 2
+    assert "stored no lift: use --stat share" in capsys.readouterr().err
 
 
 def test_a_copied_part_of_a_run_without_records_is_refused_in_layout_3(batches, tmp_path):

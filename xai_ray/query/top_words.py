@@ -83,4 +83,16 @@ def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude)
         stats = wordstats.query_params(stat, min_docs, min_count, exclude)
     except wordstats.WordStatsError as err:
         raise QueryError(str(err)) from None
+    if stats["stat"] == "lift" and _without_lift(con, run["run_id"], method, layer):
+        raise QueryError(
+            f"run {run['run_id']!r} was written by one of xai-ray's first versions, which stored no lift: "
+            "use --stat share (its words' share of each review)"
+        )
     return {"run_id": run["run_id"], "method": method, "layer": layer, "k": int(k), **stats}
+
+
+def _without_lift(con, run_id: str, method: str, layer: int) -> bool:
+    """Whether the slice's words hold no lift (a first version's layout-1 run: the view reads it as
+    null, and a top-k by lift would be empty without a word). One row read, not the slice."""
+    found = run_named(con, "slice_first_lift", run_id=run_id, method=method, layer=layer)
+    return not found.empty and pd.isna(found.iloc[0, 0])
