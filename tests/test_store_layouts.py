@@ -323,3 +323,15 @@ def test_a_layer_1_run_without_records_missing_a_slice_is_refused(store, tmp_pat
     shutil.rmtree(run / "tokens" / "method=raw" / "layer=2")
     with pytest.raises(QueryError, match=r"its tokens files hold \d+ rows where its manifest's counts give \d+"):
         open_store(copied).execute("select count(*) from tokens").fetchall()
+
+
+def test_a_layer_1_run_is_asked_its_words_for_the_layers_a_method_holds(tmp_path, batches, capsys):
+    """A layout-1 manifest lists no slices: rollout from layer 2 held nothing at layer 1, and
+    `topk --layer 1` led with it (or was told --method rollout) and printed "(no rows)"."""
+    write(tmp_path, "one", [batches[0]], 1, "2026-01-01T00:00:00")  # rollout from layer 2
+    common = ["topk", "--store", str(tmp_path), "--run", "one", "--layer", "1", "--k", "2"]
+    assert main([*common, "--method", "rollout"]) == 2
+    assert "holds no words of method 'rollout' at layer 1" in capsys.readouterr().err
+    assert main(common) == 0
+    said = capsys.readouterr()
+    assert "method raw:" in said.err and "(no rows)" not in said.out

@@ -71,7 +71,14 @@ def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude)
     layer = n_layers if layer is None else int(layer)
     if layer < 1 or (n_layers is not None and layer > n_layers):
         raise QueryError(f"--layer must be between 1 and {n_layers} (the model's layers), got {layer}")
-    stored = sorted(la for m, la in manifest_slices(json.loads(run.get("manifest") or "{}")) if m == method)
+    manifest = json.loads(run.get("manifest") or "{}")
+    stored = []
+    if manifest.get("slices"):
+        stored = sorted(la for m, la in manifest_slices(manifest) if m == method)
+    elif not holds_slice(con, run["run_id"], method, layer):  # layout 1 lists no slices: asked of its words
+        held = [la for la in range(1, (n_layers or 0) + 1) if holds_slice(con, run["run_id"], method, la)]
+        where = f"; it holds layer {', '.join(map(str, held))}" if held else ""
+        raise QueryError(f"run {run['run_id']!r} holds no words of method {method!r} at layer {layer}{where}")
     if stored and layer not in stored:  # input_x_gradient, integrated_gradients, lrp: the last layer only
         shown = ", ".join(map(str, stored))
         raise QueryError(f"run {run['run_id']!r} stores method {method!r} at layer {shown} only; got --layer {layer}")
@@ -89,6 +96,11 @@ def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude)
             "use --stat share (its words' share of each review)"
         )
     return {"run_id": run["run_id"], "method": method, "layer": layer, "k": int(k), **stats}
+
+
+def holds_slice(con, run_id: str, method: str, layer: int) -> bool:
+    """Whether the run holds words of ``method`` at ``layer`` (one row read at most)."""
+    return bool(run_named(con, "slice_has_words", run_id=run_id, method=method, layer=int(layer)).found.iloc[0])
 
 
 def _without_lift(con, run_id: str, method: str, layer: int) -> bool:

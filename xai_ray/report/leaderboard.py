@@ -85,15 +85,19 @@ def lead_method(con, run_id: str, methods: list[str], layer: int | None = None) 
 
 
 def stored_at(con, run_id: str, methods: list[str], layer: int) -> list[str]:
-    """Those of ``methods`` the run stores at ``layer``, by its manifest's slices (every method at
-    every layer for a layer-1 run, whose manifest lists none)."""
+    """Those of ``methods`` the run stores at ``layer``, by its manifest's slices (a layout-1 run,
+    whose manifest lists none, by its words)."""
     import json
 
     from xai_ray.query.connection import pick_run
+    from xai_ray.query.top_words import holds_slice
     from xai_ray.query.views import manifest_slices
 
     run = pick_run(con, run_id)
-    slices = manifest_slices(json.loads(run.get("manifest") or "{}"))
+    manifest = json.loads(run.get("manifest") or "{}")
+    if not manifest.get("slices"):  # layout 1 lists none: asked of its words, one row at most each
+        return [m for m in methods if holds_slice(con, run_id, m, layer)]
+    slices = manifest_slices(manifest)
     listed = {m for m, _ in slices}
     return [m for m in methods if m not in listed or (m, layer) in slices]
 
