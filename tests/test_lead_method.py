@@ -170,7 +170,7 @@ def test_a_layer_asked_for_leads_with_the_best_method_stored_there():
         + _values("raw", 2, "comprehensiveness_aopc", [0.2, 0.3])
     )
     con = _con(rows)
-    manifest = {"slices": ["lrp:2", "raw:1", "raw:2"], "model": {"n_layers": 2}}
+    manifest = {"store_layout": 3, "slices": ["lrp:2", "raw:1", "raw:2"], "model": {"n_layers": 2}}
     runs = pd.DataFrame({"run_id": ["r"], "created_at": ["2026-11-28"], "manifest": [json.dumps(manifest)]})
     con.register("runs", runs)
     assert lead_method(con, "r", ["lrp", "raw"])[0] == "lrp"

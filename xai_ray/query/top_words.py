@@ -75,7 +75,7 @@ def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude)
     stored = []
     if manifest.get("slices"):
         stored = sorted(la for m, la in manifest_slices(manifest) if m == method)
-    elif not holds_slice(con, run["run_id"], method, layer):  # layout 1 lists no slices: asked of its words
+    elif "store_layout" not in manifest and not holds_slice(con, run["run_id"], method, layer):  # layout 1: no slices
         held = [la for la in range(1, (n_layers or 0) + 1) if holds_slice(con, run["run_id"], method, la)]
         where = f"; it holds layer {', '.join(map(str, held))}" if held else ""
         raise QueryError(f"run {run['run_id']!r} holds no words of method {method!r} at layer {layer}{where}")

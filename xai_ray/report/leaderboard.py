@@ -95,7 +95,7 @@ def stored_at(con, run_id: str, methods: list[str], layer: int) -> list[str]:
 
     run = pick_run(con, run_id)
     manifest = json.loads(run.get("manifest") or "{}")
-    if not manifest.get("slices"):  # layout 1 lists none: asked of its words, one row at most each
+    if "store_layout" not in manifest:  # layout 1 lists no slices: asked of its words, one row at most each
         return [m for m in methods if holds_slice(con, run_id, m, layer)]
     slices = manifest_slices(manifest)
     listed = {m for m, _ in slices}
