@@ -1,9 +1,10 @@
 """What ``xai-ray submit`` ships to a Ray cluster as its working directory, and what stays here.
 
 Ray uploads the repository (``working_dir``) less ``EXCLUDES``, the repository's
-``.git/info/exclude`` (``git_excludes``) and what its .gitignore and .rayignore files leave out. ``left_out_by`` asks Ray's own matcher whether a path goes up
-(a job's relative ``data`` that does not is refused before the upload); ``own_store`` leaves a
-job's store out when it lies inside the repository.
+``.git/info/exclude`` (``git_excludes``) and what its .gitignore and .rayignore files leave out.
+``left_out_by`` asks Ray's own matcher whether a path goes up (a job's relative ``data`` that does
+not is refused before the upload); ``own_store`` leaves a job's store out when it lies inside the
+repository.
 """
 
 from __future__ import annotations

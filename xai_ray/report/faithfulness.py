@@ -51,7 +51,8 @@ def summary_of(ctx: Context) -> pd.DataFrame:
 
 def order_methods(methods: list[str], run_methods: list[str]) -> list[str]:
     """The run's methods in its order, then the gradient baseline, then the floor (a stored
-    input_x_gradient is evaluated once, as the baseline, and listed there)."""
+    input_x_gradient of the predicted class is evaluated once, as the baseline, and listed there;
+    of another class it keeps its place, its baseline named apart: ``baseline_apart``)."""
     found, baselines = set(methods), (GRADIENT, BASELINE_ENTRY, RANDOM)
     return (
         [m for m in run_methods if m in found and m not in baselines]
