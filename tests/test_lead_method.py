@@ -227,3 +227,18 @@ def test_the_report_names_the_baseline_apart_from_a_stored_input_x_gradient_of_a
     assert baseline_apart(same).equals(same)
     plausible = pd.concat([same, same.iloc[[0]].assign(layer=pd.array([6], dtype="Int32"), metric="auprc")])
     assert baseline_apart(plausible).equals(plausible)
+
+
+@pytest.mark.parametrize(("target", "lead"), [("pred", "input_x_gradient"), (0, "lrp"), ("label", "lrp")])
+def test_a_run_evaluated_before_its_input_x_gradient_was_told_apart_leads_by_its_target(target, lead):
+    """Runs evaluated before the fix hold the baseline's row only, whatever the target: of the
+    predicted class it is the stored method's own, of another class it is not and never leads."""
+    import json
+
+    rows = _values("input_x_gradient", None, "comprehensiveness_aopc", [0.40, 0.42]) + _values(
+        "lrp", 6, "comprehensiveness_aopc", [0.05, 0.04]
+    )
+    con = _con(rows)
+    manifest = {"store_layout": 3, "config": {"target": target}}
+    con.register("runs", pd.DataFrame({"run_id": ["r"], "created_at": ["1"], "manifest": [json.dumps(manifest)]}))
+    assert lead_method(con, "r", ["input_x_gradient", "lrp"])[0] == lead

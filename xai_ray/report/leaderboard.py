@@ -17,6 +17,7 @@ import html
 import pandas as pd
 
 from xai_ray.query.intervals import RULE, t_interval
+from xai_ray.query.limits import QueryError
 from xai_ray.report.blocks import number
 from xai_ray.scoring.faithfulness import GRADIENT, RANDOM
 from xai_ray.scoring.gradient_pass import pass_seconds_key
@@ -70,10 +71,14 @@ def lead_method(con, run_id: str, methods: list[str], layer: int | None = None) 
         there = stored_at(con, run_id, methods, int(layer))
         among = f" (among the methods stored at layer {layer})" if there and len(there) < len(methods) else ""
         methods = there or methods
+    baseline_only = _explains_another_class(con, run_id)
     for metric in (METRIC, PLAUSIBLE):
         board = run_named(con, "report_leaderboard", run_id=run_id, **params(metric))
-        # a baseline row stands for a stored method only where the method has no rows of its own
-        board = board[board["method"].isin(methods) & ~board["which"].isin(["best layer", BASELINE])]
+        # a baseline row stands for a stored method only where the method has no rows of its own,
+        # and never for a stored input_x_gradient of another class (runs evaluated before it was
+        # evaluated as itself hold the baseline's row only)
+        stands_in = board["method"].eq(GRADIENT) & board["layer"].isna() & baseline_only
+        board = board[board["method"].isin(methods) & ~board["which"].isin(["best layer", BASELINE]) & ~stands_in]
         if not board.empty:
             best = board.sort_values(["mean", "method"], ascending=[False, True]).iloc[0]
             why = f"ranked first at its last layer by {NAMES[metric]} on this run's leaderboard{among}"
@@ -82,6 +87,23 @@ def lead_method(con, run_id: str, methods: list[str], layer: int | None = None) 
         if name in methods:
             return name, "the default order (the run has no leaderboard: see --evaluate)"
     return methods[0], "the run's first method"
+
+
+def _explains_another_class(con, run_id: str) -> bool:
+    """Whether the run's class-specific methods explain another class than the prediction
+    (``target`` label or a class, from its manifest; False where the store cannot say)."""
+    import json
+
+    import duckdb
+
+    from xai_ray.query.connection import pick_run
+
+    try:
+        manifest = json.loads(pick_run(con, run_id).get("manifest") or "{}")
+    except (duckdb.Error, QueryError, ValueError):  # a connection without the runs view (a bare table)
+        return False
+    target = (manifest.get("config") or {}).get("target")  # 0 is a class: not "or"
+    return target is not None and target != "pred"
 
 
 def stored_at(con, run_id: str, methods: list[str], layer: int) -> list[str]:
