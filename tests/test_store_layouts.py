@@ -245,7 +245,7 @@ def test_word_totals_leave_out_a_slice_or_share_the_manifest_lists_but_no_part_h
     np.testing.assert_allclose(wide[list(SUMS)], by_slice[list(SUMS)], rtol=1e-9)
 
 
-def test_a_run_of_the_first_versions_reads_beside_new_runs_with_null_units(store, tmp_path, capsys):
+def test_a_run_of_the_first_versions_reads_beside_new_runs_with_null_units(store, tmp_path, capsys, caplog):
     """The first versions wrote layout-1 words without lift, span_id and joined: the views read
     them as null there (the union of layouts failed on every query, docs' included)."""
     import shutil
@@ -290,6 +290,15 @@ def test_a_run_of_the_first_versions_reads_beside_new_runs_with_null_units(store
     # by lift (the default) its top words were empty without a word
     assert main(["topk", "--store", str(copied), "--run", "one", "--k", "3", "--method", "raw", "--layer", "2"]) == 2
     assert "stored no lift: use --stat share" in capsys.readouterr().err
+    # its report ranks its top words by share (by lift they were left out, four sections without a word)
+    manifest_path = layout.manifest_path(copied, "one")
+    manifest = json.loads(manifest_path.read_text())
+    manifest_path.write_text(json.dumps({**manifest, "model": {"n_layers": 2}}))
+    out = tmp_path / "one.html"
+    with caplog.at_level("WARNING", logger="xai_ray"):
+        assert main(["report", "--store", str(copied), "--run", "one", "--out", str(out)]) == 0
+    assert "ranked by share" in caplog.text
+    assert "<section id='headline'>" in out.read_text()
 
 
 def test_a_copied_part_of_a_run_without_records_is_refused_in_layout_3(batches, tmp_path):

@@ -90,7 +90,7 @@ def settle(con, run_id, method, layer, k, min_count, *, stat, min_docs, exclude)
         stats = wordstats.query_params(stat, min_docs, min_count, exclude)
     except wordstats.WordStatsError as err:
         raise QueryError(str(err)) from None
-    if stats["stat"] == "lift" and _without_lift(con, run["run_id"], method, layer):
+    if stats["stat"] == "lift" and without_lift(con, run["run_id"], method, layer):
         raise QueryError(
             f"run {run['run_id']!r} was written by one of xai-ray's first versions, which stored no lift: "
             "use --stat share (its words' share of each review)"
@@ -103,7 +103,7 @@ def holds_slice(con, run_id: str, method: str, layer: int) -> bool:
     return bool(run_named(con, "slice_has_words", run_id=run_id, method=method, layer=int(layer)).found.iloc[0])
 
 
-def _without_lift(con, run_id: str, method: str, layer: int) -> bool:
+def without_lift(con, run_id: str, method: str, layer: int) -> bool:
     """Whether the slice's words hold no lift (a first version's layout-1 run: the view reads it as
     null, and a top-k by lift would be empty without a word). One row read, not the slice."""
     found = run_named(con, "slice_first_lift", run_id=run_id, method=method, layer=layer)

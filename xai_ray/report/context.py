@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from xai_ray.config import ConfigError
 from xai_ray.query import wordstats
 from xai_ray.query.connection import open_store, pick_run, run_named, sql_text
 from xai_ray.query.lean import flagged, lean, sentences
-from xai_ray.query.top_words import has_word_totals
+from xai_ray.query.top_words import has_word_totals, without_lift
 from xai_ray.report.leaderboard import lead_method
 from xai_ray.report.outputs import drawn
 from xai_ray.store.aggregates import read_aggregate
@@ -209,11 +210,24 @@ def context(
         k=int(k or definition["k"]),
         min_count=int(min_count),
         min_docs=int(min_docs),
-        stat=definition["stat"],
+        stat=_stat(con, run, main, definition["stat"]),
         exclude=wordstats.parse_exclude(definition["exclude"]),
         store=None if given else Path(store),
         extra=dict(extra or {}),
     )
+
+
+def _stat(con, run, method: str, stat: str) -> str:
+    """The definition's statistic, or share for a run that stored no lift (one of the first
+    versions' layout-1 runs: its top words by lift were left out without a word)."""
+    if stat == "lift" and pd.notna(run["n_layers"]) and without_lift(con, run["run_id"], method, int(run["n_layers"])):
+        logging.getLogger("xai_ray").warning(
+            "run %s was written by one of xai-ray's first versions, which stored no lift: its top words are "
+            "ranked by share",
+            run["run_id"],
+        )
+        return "share"
+    return stat
 
 
 def class_names(labels: dict[int, str]) -> dict[int, str]:
