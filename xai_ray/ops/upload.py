@@ -97,8 +97,9 @@ def left_out_by(root: Path, relative: Path) -> str | None:
     # each folder on the way, the path, and a file inside it (a rule for "incoming/" is one)
     candidates = [*above, path, *([path / "file"] if path.is_dir() or not path.suffix else [])]
     rules = [("EXCLUDES of xai_ray/ops/upload.py", root, _get_excludes(root, EXCLUDES))]
-    if git_excludes(root):
-        rules.append(("its .git/info/exclude", root, _get_excludes(root, git_excludes(root))))
+    own = git_excludes(root)
+    if own:
+        rules.append(("its .git/info/exclude", root, _get_excludes(root, own)))
     for folder in [root, *above, *([path] if path.is_dir() else [])]:
         for name in names:
             rule = _get_ignore_file(folder, name)

@@ -152,15 +152,21 @@ def _expected_rows(counts: dict) -> dict[str, int]:
 def _rows_held(run: Path, info: dict, table: str) -> int | None:
     """The rows of the files of ``table`` the views read (regular files only: a link or a pipe is
     never opened); None where a footer cannot be read."""
-    held = 0
+    footers = _footers(run, info, table)
+    return None if footers is None else sum(footer.num_rows for footer in footers)
+
+
+def _footers(run: Path, info: dict, table: str) -> list | None:
+    """The footers of the files of ``table`` the views read; None where one cannot be read."""
+    found = []
     for file in store_layout.store_files(run, run / table, "*.parquet"):
         if not recorded(run, info, file):
             continue
         try:
-            held += pq.read_metadata(file).num_rows
+            found.append(pq.read_metadata(file))
         except (OSError, pa.ArrowException):
             return None
-    return held
+    return found
 
 
 def _check_unrecorded_scores(run: Path, name: str, counts: dict, info: dict) -> None:
@@ -187,9 +193,10 @@ def _check_unrecorded_scores(run: Path, name: str, counts: dict, info: dict) -> 
             _refuse_unrecorded(
                 run, name, f"{table} files hold {held} rows", f"{low}" + (f" to {high}" if high != low else "")
             )
-    if info["layout"] >= 3:  # the range above lets a copy of a small part by: its token and word rows, exactly
+    footers = _footers(run, info, TOKEN_TABLE) if info["layout"] >= 3 else None
+    if footers is not None:  # the range above lets a copy of a small part by: its token and word rows, exactly
         for column, expected, what in (("position", tokens, "token"), ("span_id", words, "word")):
-            held = _set_in(run, info, TOKEN_TABLE, column)
+            held = _set_in(footers, column)
             if held is not None and held != expected:
                 _refuse_unrecorded(run, name, f"{TOKEN_TABLE} files hold {held} {what} rows", f"{expected}")
 
@@ -202,18 +209,11 @@ def _refuse_unrecorded(run: Path, name: str, held: str, expected: str) -> None:
     )
 
 
-def _set_in(run: Path, info: dict, table: str, column: str) -> int | None:
-    """The rows of ``table``'s files (those the views read) where ``column`` is set, from the
-    footers' null counts (layout 3 writes them for ``position`` and ``span_id``); None where a
-    footer cannot be read or does not say."""
+def _set_in(footers: list, column: str) -> int | None:
+    """The rows of the files (``footers``) where ``column`` is set, from their null counts (layout
+    3 writes them for ``position`` and ``span_id``); None where a footer does not say."""
     held = 0
-    for file in store_layout.store_files(run, run / table, "*.parquet"):
-        if not recorded(run, info, file):
-            continue
-        try:
-            footer = pq.read_metadata(file)
-        except (OSError, pa.ArrowException):
-            return None
+    for footer in footers:
         names = footer.schema.names
         if column not in names:
             return None
